@@ -1,0 +1,99 @@
+package stats
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Defaults shared by the sidecar, the webhook that injects it and the scaler
+// that reads it.
+const (
+	// DefaultListenPort is where the sidecar takes client traffic.
+	DefaultListenPort = 8012
+	// DefaultAdminPort serves Path, ReadyPath and /metrics.
+	DefaultAdminPort = 8022
+	// Path serves a Snapshot in the format below.
+	Path = "/stats"
+	// ReadyPath answers 200 once the app answers on its port, 503 otherwise
+	// and while the sidecar drains.
+	ReadyPath = "/ready"
+	// ContentType is the media type of a Snapshot body.
+	ContentType = "text/plain; version=ebb1"
+)
+
+// Snapshot is one reading of a sidecar's counters.
+//
+// On the wire it is a single line: "ebb1 <inFlight> <total> <bootID>\n",
+// decimal integers separated by one space. InFlight is the number of requests
+// being served right now (an open WebSocket counts until it closes); Total is
+// the number of requests served since the sidecar started (monotonic);
+// BootID changes whenever the sidecar restarts, so a reader can tell a
+// counter reset from a decrease.
+type Snapshot struct {
+	InFlight int64
+	Total    uint64
+	BootID   uint64
+}
+
+const magic = "ebb1"
+
+// Append appends the wire form of s to b and returns the extended slice; it
+// does not allocate when b has room.
+func (s Snapshot) Append(b []byte) []byte {
+	b = append(b, magic...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.InFlight, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, s.Total, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, s.BootID, 10)
+	return append(b, '\n')
+}
+
+// ErrFormat is returned by Parse for a body that is not a Snapshot.
+var ErrFormat = errors.New("not an ebb1 stats line")
+
+// Parse reads the wire form produced by Append. It accepts a missing final
+// newline and rejects anything else that differs.
+func Parse(b []byte) (Snapshot, error) {
+	if len(b) > 0 && b[len(b)-1] == '\n' {
+		b = b[:len(b)-1]
+	}
+	var fields [4][]byte
+	n := 0
+	start := 0
+	for i := 0; i <= len(b); i++ {
+		if i == len(b) || b[i] == ' ' {
+			if n == len(fields) {
+				return Snapshot{}, fmt.Errorf("%w: too many fields", ErrFormat)
+			}
+			fields[n] = b[start:i]
+			n++
+			start = i + 1
+		}
+	}
+	if n != len(fields) || string(fields[0]) != magic {
+		return Snapshot{}, fmt.Errorf("%w: %q", ErrFormat, truncate(b))
+	}
+	inFlight, err := strconv.ParseInt(string(fields[1]), 10, 64)
+	if err != nil || inFlight < 0 {
+		return Snapshot{}, fmt.Errorf("%w: in-flight %q", ErrFormat, fields[1])
+	}
+	total, err := strconv.ParseUint(string(fields[2]), 10, 64)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("%w: total %q", ErrFormat, fields[2])
+	}
+	boot, err := strconv.ParseUint(string(fields[3]), 10, 64)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("%w: boot id %q", ErrFormat, fields[3])
+	}
+	return Snapshot{InFlight: inFlight, Total: total, BootID: boot}, nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 40 {
+		return b[:40]
+	}
+	return b
+}

@@ -1,0 +1,56 @@
+package stats
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRoundTrip(t *testing.T) {
+	for _, s := range []Snapshot{{}, {InFlight: 3, Total: 12345, BootID: 1732230000123456789}, {InFlight: 1 << 40, Total: ^uint64(0), BootID: 7}} {
+		got, err := Parse(s.Append(nil))
+		if err != nil {
+			t.Fatalf("Parse(Append(%+v)): %v", s, err)
+		}
+		if diff := cmp.Diff(s, got); diff != "" {
+			t.Errorf("round trip (-want +got):\n%s", diff)
+		}
+	}
+}
+
+func TestWireForm(t *testing.T) {
+	if got, want := string(Snapshot{InFlight: 2, Total: 9, BootID: 5}.Append(nil)), "ebb1 2 9 5\n"; got != want {
+		t.Errorf("Append = %q, want %q", got, want)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for _, in := range []string{"", "\n", "ebb1 1 2", "ebb1 1 2 3 4", "ebb2 1 2 3", "ebb1 -1 2 3", "ebb1 x 2 3", "ebb1 1 -2 3", "ebb1  1 2 3", "<html>"} {
+		if _, err := Parse([]byte(in)); !errors.Is(err, ErrFormat) {
+			t.Errorf("Parse(%q) error = %v, want ErrFormat", in, err)
+		}
+	}
+}
+
+func TestAppendDoesNotAllocate(t *testing.T) {
+	buf := make([]byte, 0, 128)
+	s := Snapshot{InFlight: 10, Total: 1000000, BootID: 99}
+	if n := testing.AllocsPerRun(100, func() { buf = s.Append(buf[:0]) }); n != 0 {
+		t.Errorf("Append allocates %v times", n)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("ebb1 1 2 3\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Parse(b)
+		if err != nil {
+			return
+		}
+		again, err := Parse(s.Append(nil))
+		if err != nil || again != s {
+			t.Fatalf("reparse of %+v: %+v, %v", s, again, err)
+		}
+	})
+}
