@@ -1,0 +1,147 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types of an AppRoute.
+const (
+	// ConditionReady is True when the route is complete: its Service exists
+	// and reaches the sidecar.
+	ConditionReady = "Ready"
+	// ConditionSidecarReachable is False when the Service targets the app's
+	// port by number, so traffic bypasses the sidecar and is never counted.
+	ConditionSidecarReachable = "SidecarReachable"
+	// ConditionPropagated is set by the activators once their routing table
+	// holds this route.
+	ConditionPropagated = "Propagated"
+)
+
+// AppRoute routes hosts to one app: the activator reads it to hold and
+// forward requests while the app is at zero, the scaler to find the app.
+// The webhook creates it from the pod template's annotations and keeps it in
+// sync with the Deployment that owns it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=ar,categories=ebb
+// +kubebuilder:printcolumn:name="Hosts",type=string,JSONPath=`.spec.hosts`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service.name`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scaleTargetRef.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Endpoints",type=integer,JSONPath=`.status.readyEndpoints`
+// +kubebuilder:printcolumn:name="Activator",type=boolean,JSONPath=`.status.activatorInPath`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type AppRoute struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec AppRouteSpec `json:"spec"`
+	// +optional
+	Status AppRouteStatus `json:"status,omitzero"`
+}
+
+// AppRouteSpec is what the webhook derives from the app's pod template.
+type AppRouteSpec struct {
+	// Hosts routed to the app: exact DNS names (hello.example.com) or
+	// wildcards of one leading label (*.example.com). Empty means only the
+	// Service's own cluster DNS names route to the app.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Hosts []string `json:"hosts,omitempty"`
+
+	// PathPrefixes restrict the route to requests whose path starts with one
+	// of them. Empty means every path.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Pattern=`^/`
+	PathPrefixes []string `json:"pathPrefixes,omitempty"`
+
+	// Service carries the app's traffic; its port must target the sidecar.
+	// +optional
+	Service ServiceReference `json:"service,omitzero"`
+
+	// ScaleTargetRef is the Deployment that runs the app.
+	ScaleTargetRef ScaleTargetReference `json:"scaleTargetRef"`
+
+	// AppPort is the port the app container listens on behind the sidecar.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	AppPort int32 `json:"appPort"`
+
+	// AppPortName is the name of the app's port, now carried by the sidecar;
+	// a Service whose targetPort names it reaches the sidecar.
+	// +optional
+	AppPortName string `json:"appPortName,omitempty"`
+
+	// QueueSize is how many requests an activator holds for the app while it
+	// has no ready pod; 0 means the activator's default.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	QueueSize int32 `json:"queueSize,omitempty"`
+
+	// ColdStartTimeout is how long an activator holds a request waiting for
+	// a ready pod before answering 504; unset means the activator's default.
+	// +optional
+	ColdStartTimeout *metav1.Duration `json:"coldStartTimeout,omitempty"`
+}
+
+// ServiceReference names a Service in the AppRoute's namespace and the port
+// of it that carries the app's traffic.
+type ServiceReference struct {
+	// Name of the Service.
+	Name string `json:"name"`
+	// Port is the Service port (its number) that carries the app's traffic.
+	// +optional
+	Port int32 `json:"port,omitempty"`
+}
+
+// ScaleTargetReference names the Deployment in the AppRoute's namespace.
+type ScaleTargetReference struct {
+	// APIVersion of the target, apps/v1.
+	// +kubebuilder:default="apps/v1"
+	APIVersion string `json:"apiVersion"`
+	// Kind of the target, Deployment.
+	// +kubebuilder:default="Deployment"
+	Kind string `json:"kind"`
+	// Name of the target.
+	Name string `json:"name"`
+}
+
+// AppRouteStatus is filled by the webhook's AppRoute controller (Ready,
+// SidecarReachable, ReadyEndpoints, ActivatorInPath) and by the activators
+// (Propagated).
+type AppRouteStatus struct {
+	// ObservedGeneration is the generation the controller last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, SidecarReachable, Propagated.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ReadyEndpoints counts the ready app endpoints of the Service (the
+	// activator's hand-off endpoints excluded).
+	// +optional
+	ReadyEndpoints int32 `json:"readyEndpoints"`
+
+	// ActivatorInPath is true while the activator's hand-off EndpointSlice is
+	// published for the Service, so requests flow through the activator.
+	// +optional
+	ActivatorInPath bool `json:"activatorInPath"`
+}
+
+// AppRouteList is a list of AppRoutes.
+//
+// +kubebuilder:object:root=true
+type AppRouteList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AppRoute `json:"items"`
+}

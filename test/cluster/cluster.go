@@ -1,0 +1,507 @@
+package cluster
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ebb-dev/ebb/test/nodeagent"
+)
+
+// NodeName is the one node of the local cluster.
+const NodeName = "ebb-node"
+
+// Options choose what Start runs besides the control plane.
+type Options struct {
+	// KEDA starts the KEDA operator (bin/keda-operator) with KEDA's CRDs.
+	KEDA bool
+	// Dir keeps the cluster's files (certificates, logs, etcd data); a new
+	// temporary directory if empty. Logs stay there after Stop.
+	Dir string
+	// Logf receives progress lines; silent if nil.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running local cluster. Build it with Start; Stop it always.
+type Cluster struct {
+	// Kubeconfig is the path of an admin kubeconfig for kubectl and helm.
+	Kubeconfig string
+	// RestConfig is an admin client configuration.
+	RestConfig *rest.Config
+	Client     kubernetes.Interface
+	// Dir holds logs: <Dir>/logs/<program>.log and <Dir>/logs/pods/.
+	Dir    string
+	BinDir string
+	// CAPEM is the cluster CA, trusted by the API server for client
+	// certificates and by clients for the API server.
+	CAPEM []byte
+	// KEDACertDir holds ca.crt, tls.crt and tls.key signed by the cluster CA.
+	KEDACertDir string
+
+	ca      *authority
+	logf    func(string, ...any)
+	procs   map[string]*process
+	net     *hostNetwork
+	lock    *machineLock
+	cancel  context.CancelFunc
+	agentCh chan error
+	started time.Time
+	stopped bool
+
+	etcdURL, etcdData string
+}
+
+// Start brings the cluster up and returns once the API server answers, the
+// node is Ready, kube-proxy has synced and (with Options.KEDA) KEDA is ready.
+// It takes the machine-wide lock first, so concurrent callers queue.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	binDir, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	want := []string{"kube-apiserver", "kube-controller-manager", "kube-proxy"}
+	if opts.KEDA {
+		want = append(want, "keda-operator")
+	}
+	bins, err := binaries(binDir, want...)
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := lookPath("etcd", "etcd-server")
+	if err != nil {
+		return nil, err
+	}
+	for _, tool := range [][2]string{{"nft", "nftables"}, {"ip", "iproute2"}} {
+		if _, err := lookPath(tool[0], tool[1]); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := lockMachine(logf)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{BinDir: binDir, logf: logf, procs: map[string]*process{}, lock: lock, started: time.Now()}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w%s", err, c.logTails())
+			c.Stop()
+		}
+	}()
+	// What a killed run left behind goes first.
+	nodeagent.CleanupLeftovers()
+	removeHostNetwork()
+
+	c.Dir = opts.Dir
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "ebb-cluster-"); err != nil {
+			return c, fmt.Errorf("cluster dir: %w", err)
+		}
+	}
+	for _, d := range []string{"pki", "logs", "logs/pods", "pods"} {
+		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
+			return c, fmt.Errorf("cluster dir: %w", err)
+		}
+	}
+	if c.net, err = setupHostNetwork(); err != nil {
+		return c, err
+	}
+	pki, err := c.writePKI()
+	if err != nil {
+		return c, err
+	}
+	if err := c.startEtcd(ctx, etcd); err != nil {
+		return c, err
+	}
+	if err := c.startAPIServer(ctx, bins["kube-apiserver"], pki); err != nil {
+		return c, err
+	}
+	logf("api server ready after %s", time.Since(c.started).Round(time.Millisecond))
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	if err := c.startControllerManager(bins["kube-controller-manager"], pki); err != nil {
+		return c, err
+	}
+	proxyHealth, err := c.startKubeProxy(bins["kube-proxy"])
+	if err != nil {
+		return c, err
+	}
+	if err := c.startNodeAgent(runCtx); err != nil {
+		return c, err
+	}
+	var kedaHealth string
+	if opts.KEDA {
+		if kedaHealth, err = c.startKEDA(ctx, bins["keda-operator"]); err != nil {
+			return c, err
+		}
+	}
+	if err := c.waitReady(ctx, proxyHealth, kedaHealth); err != nil {
+		return c, err
+	}
+	logf("local cluster ready in %s (logs in %s)", time.Since(c.started).Round(time.Millisecond), filepath.Join(c.Dir, "logs"))
+	return c, nil
+}
+
+type pkiPaths struct {
+	ca, serverCert, serverKey, proxyCert, proxyKey, saPub, saKey string
+}
+
+func (c *Cluster) writePKI() (pkiPaths, error) {
+	var p pkiPaths
+	ca, err := newAuthority()
+	if err != nil {
+		return p, err
+	}
+	c.ca, c.CAPEM = ca, ca.certPEM
+	dir := filepath.Join(c.Dir, "pki")
+	p.ca = filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(p.ca, ca.certPEM, 0o600); err != nil {
+		return p, fmt.Errorf("write CA: %w", err)
+	}
+	server, err := ca.issue("kube-apiserver", nil, []string{
+		BridgeIP, KubernetesServiceIP, "127.0.0.1", "localhost",
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+	}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return p, err
+	}
+	if p.serverCert, p.serverKey, err = server.write(dir, "apiserver"); err != nil {
+		return p, err
+	}
+	proxy, err := ca.issue("front-proxy-client", nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return p, err
+	}
+	if p.proxyCert, p.proxyKey, err = proxy.write(dir, "front-proxy-client"); err != nil {
+		return p, err
+	}
+	if p.saPub, p.saKey, err = writeServiceAccountKeys(dir); err != nil {
+		return p, err
+	}
+	admin, err := ca.issue("ebb-admin", []string{"system:masters"}, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return p, err
+	}
+	host := "https://" + net.JoinHostPort(BridgeIP, strconv.Itoa(APIServerPort))
+	c.RestConfig = &rest.Config{
+		Host: host, QPS: 200, Burst: 400,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca.certPEM, CertData: admin.certPEM, KeyData: admin.keyPEM},
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.RestConfig); err != nil {
+		return p, fmt.Errorf("admin client: %w", err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["ebb-local"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: ca.certPEM}
+	kc.AuthInfos["ebb-admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.certPEM, ClientKeyData: admin.keyPEM}
+	kc.Contexts["ebb-local"] = &clientcmdapi.Context{Cluster: "ebb-local", AuthInfo: "ebb-admin", Namespace: "default"}
+	kc.CurrentContext = "ebb-local"
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, c.Kubeconfig); err != nil {
+		return p, fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return p, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func (c *Cluster) start(name string, env []string, path string, args ...string) (*process, error) {
+	p, err := startProcess(filepath.Join(c.Dir, "logs"), name, env, path, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs[name] = p
+	return p, nil
+}
+
+func (c *Cluster) startEtcd(ctx context.Context, etcd string) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	// etcd's data lives in memory: the cluster is thrown away with the test.
+	data, err := os.MkdirTemp("/dev/shm", "ebb-etcd-")
+	if err != nil {
+		data = filepath.Join(c.Dir, "etcd")
+	}
+	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	c.etcdURL, c.etcdData = client, data
+	p, err := c.start("etcd", []string{"ETCD_UNSUPPORTED_ARCH="}, etcd,
+		"--data-dir", data, "--name", "ebb",
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		"--initial-cluster", fmt.Sprintf("ebb=http://127.0.0.1:%d", ports[1]),
+		"--log-level", "warn",
+	)
+	if err != nil {
+		return err
+	}
+	return c.poll(ctx, p, 20*time.Second, "etcd health", func() error { return httpOK(nil, client+"/health") })
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, bin string, pki pkiPaths) error {
+	p, err := c.start("kube-apiserver", nil, bin,
+		"--etcd-servers", c.etcdURL,
+		"--bind-address", BridgeIP, "--advertise-address", BridgeIP, "--secure-port", strconv.Itoa(APIServerPort),
+		"--tls-cert-file", pki.serverCert, "--tls-private-key-file", pki.serverKey,
+		"--client-ca-file", pki.ca,
+		"--service-cluster-ip-range", ServiceCIDR,
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", pki.saPub, "--service-account-signing-key-file", pki.saKey,
+		"--authorization-mode", "Node,RBAC",
+		"--enable-admission-plugins", "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,PodSecurity,NamespaceLifecycle,ServiceAccount",
+		"--enable-aggregator-routing=true",
+		"--requestheader-client-ca-file", pki.ca, "--requestheader-allowed-names", "front-proxy-client",
+		"--requestheader-username-headers", "X-Remote-User", "--requestheader-group-headers", "X-Remote-Group",
+		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+		"--proxy-client-cert-file", pki.proxyCert, "--proxy-client-key-file", pki.proxyKey,
+		"--allow-privileged=true", "--profiling=false",
+		"--cert-dir", filepath.Join(c.Dir, "pki", "apiserver-generated"),
+		"--v=1",
+	)
+	if err != nil {
+		return err
+	}
+	return c.poll(ctx, p, 60*time.Second, "kube-apiserver /readyz", func() error {
+		return c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+	})
+}
+
+func (c *Cluster) startControllerManager(bin string, pki pkiPaths) error {
+	_, err := c.start("kube-controller-manager", nil, bin,
+		"--kubeconfig", c.Kubeconfig,
+		"--controllers", "*,-serviceaccount-token",
+		"--leader-elect=false", "--secure-port=0",
+		"--use-service-account-credentials=false",
+		"--cluster-cidr", PodCIDR, "--service-cluster-ip-range", ServiceCIDR,
+		"--root-ca-file", pki.ca,
+		"--service-account-private-key-file", pki.saKey,
+		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
+		"--v=1",
+	)
+	return err
+}
+
+// startKubeProxy runs kube-proxy in nftables mode on the host. Service
+// traffic is masqueraded to the node's address so that replies between pods
+// on the same bridge come back through the host's connection tracking.
+func (c *Cluster) startKubeProxy(bin string) (health string, err error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return "", err
+	}
+	health = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	_, err = c.start("kube-proxy", nil, bin,
+		"--kubeconfig", c.Kubeconfig,
+		"--proxy-mode", "nftables",
+		"--hostname-override", NodeName,
+		"--cluster-cidr", PodCIDR,
+		"--nodeport-addresses", BridgeIP+"/32",
+		"--masquerade-all",
+		"--conntrack-max-per-core=0",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--healthz-bind-address", health,
+		"--v=1",
+	)
+	return health, err
+}
+
+func (c *Cluster) startNodeAgent(ctx context.Context) error {
+	agent, err := nodeagent.New(nodeagent.Config{
+		Client: c.Client, NodeName: NodeName, NodeIP: BridgeIP, Bridge: BridgeName,
+		PodCIDR: netip.MustParsePrefix(PodCIDR), KubernetesServiceHost: KubernetesServiceIP,
+		BinDir: c.BinDir, RunDir: filepath.Join(c.Dir, "pods"), LogDir: filepath.Join(c.Dir, "logs", "pods"),
+		Log: fileLogger(filepath.Join(c.Dir, "logs", "nodeagent.log")),
+	})
+	if err != nil {
+		return err
+	}
+	c.agentCh = make(chan error, 1)
+	go func() { c.agentCh <- agent.Run(ctx) }()
+	return nil
+}
+
+// waitReady waits for the node, the default ServiceAccount (the controller
+// manager works), kube-proxy's first sync and KEDA.
+func (c *Cluster) waitReady(ctx context.Context, proxyHealth, kedaHealth string) error {
+	checks := []struct {
+		name string
+		p    *process
+		fn   func() error
+	}{
+		{"node Ready", nil, func() error {
+			n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+			return errors.New("not ready")
+		}},
+		{"default service account", c.procs["kube-controller-manager"], func() error {
+			_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			return err
+		}},
+		{"kube-proxy healthz", c.procs["kube-proxy"], func() error { return httpOK(nil, "http://"+proxyHealth+"/healthz") }},
+	}
+	if kedaHealth != "" {
+		checks = append(checks, struct {
+			name string
+			p    *process
+			fn   func() error
+		}{"keda-operator readyz", c.procs["keda-operator"], func() error { return httpOK(nil, "http://"+kedaHealth+"/readyz") }})
+	}
+	for _, ch := range checks {
+		if err := c.poll(ctx, ch.p, 60*time.Second, ch.name, ch.fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poll calls fn until it succeeds, the process p (if any) exits, or timeout.
+func (c *Cluster) poll(ctx context.Context, p *process, timeout time.Duration, what string, fn func() error) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if p != nil {
+			if done, perr := p.exited(); done {
+				return false, fmt.Errorf("%s exited: %v", p.name, perr)
+			}
+		}
+		last = fn()
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %s: %w (last: %v)", what, err, last)
+	}
+	return nil
+}
+
+func httpOK(client *http.Client, url string) error {
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second}
+	}
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// Stop ends every process and the node agent's pods, removes the network it
+// made, and releases the machine lock. It is safe to call twice.
+func (c *Cluster) Stop() {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	if c.cancel != nil {
+		c.cancel()
+		select {
+		case <-c.agentCh:
+		case <-time.After(30 * time.Second):
+			c.logf("node agent did not stop within 30s")
+		}
+	}
+	for _, name := range []string{"keda-operator", "kube-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
+		if p := c.procs[name]; p != nil {
+			p.stop(5 * time.Second)
+		}
+	}
+	nodeagent.CleanupLeftovers()
+	if c.net != nil {
+		c.net.teardown()
+	}
+	if c.etcdData != "" && strings.HasPrefix(c.etcdData, "/dev/shm/") {
+		_ = os.RemoveAll(c.etcdData)
+	}
+	if c.lock != nil {
+		c.lock.unlock()
+	}
+}
+
+// logTails is appended to start-up errors: the end of each program's log.
+func (c *Cluster) logTails() string {
+	var b strings.Builder
+	for name, p := range c.procs {
+		fmt.Fprintf(&b, "\n--- last lines of %s (%s):\n%s", name, p.logPath, p.tail(1500))
+	}
+	return b.String()
+}
+
+// fileLogger writes the node agent's log lines to path.
+func fileLogger(path string) logr.Logger {
+	f, err := os.Create(path)
+	if err != nil {
+		return logr.Discard()
+	}
+	return funcr.New(func(prefix, args string) {
+		fmt.Fprintf(f, "%s %s %s\n", time.Now().Format("15:04:05.000"), prefix, args)
+	}, funcr.Options{Verbosity: 1})
+}
+
+// EnsureNamespace creates a namespace unless it exists.
+func (c *Cluster) EnsureNamespace(ctx context.Context, name string, labels map[string]string) error {
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}

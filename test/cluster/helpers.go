@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/ebb-dev/ebb/test/nodeagent"
+)
+
+// Exec runs argv inside the pod's network namespace, with the pod's hosts
+// file as /etc/hosts (so cluster DNS names resolve as in the pod), and
+// returns its standard output.
+func (c *Cluster) Exec(ctx context.Context, pod *corev1.Pod, argv ...string) ([]byte, error) {
+	args := append([]string{"netns", "exec", nodeagent.NetnsName(string(pod.UID))}, argv...)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "ip", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("exec in pod %s/%s %v: %w: %s", pod.Namespace, pod.Name, argv, err, stderr.Bytes())
+	}
+	return stdout.Bytes(), nil
+}
+
+// WaitFor polls cond every 50 ms until it returns true, an error, or
+// timeout passes; the error names what was awaited and the last state.
+func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, cond); err != nil {
+		return fmt.Errorf("wait for %s: %w", what, err)
+	}
+	return nil
+}
+
+// ReadyEndpoints counts the ready endpoints of every EndpointSlice of a
+// Service, whoever manages the slice.
+func (c *Cluster) ReadyEndpoints(ctx context.Context, namespace, service string) (int, error) {
+	slices, err := c.Client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+	if err != nil {
+		return 0, fmt.Errorf("list endpoint slices of %s/%s: %w", namespace, service, err)
+	}
+	n := 0
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// Netns lists the network namespaces of the node agent's pods now present.
+func Netns() (map[string]bool, error) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip netns list: %w", err)
+	}
+	set := map[string]bool{}
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) > 0 {
+			set[string(f[0])] = true
+		}
+	}
+	return set, nil
+}

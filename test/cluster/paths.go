@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// ModuleRoot walks up from the working directory to the directory holding
+// ebb's go.mod.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find module root: %w", err)
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && isEbbModule(b) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("find module root: no go.mod of github.com/ebb-dev/ebb above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func isEbbModule(gomod []byte) bool {
+	const first = "module github.com/ebb-dev/ebb\n"
+	return len(gomod) >= len(first) && string(gomod[:len(first)]) == first
+}
+
+// BinDir is <module root>/bin, where the Makefile puts every program the
+// cluster runs. EBB_BIN_DIR overrides it.
+func BinDir() (string, error) {
+	if d := os.Getenv("EBB_BIN_DIR"); d != "" {
+		return filepath.Abs(d)
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// binaries checks that every named program exists in binDir and returns
+// their paths, or one error naming everything missing and how to build it.
+func binaries(binDir string, names ...string) (map[string]string, error) {
+	paths := make(map[string]string, len(names))
+	var missing []string
+	for _, n := range names {
+		p := filepath.Join(binDir, n)
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, n)
+			continue
+		}
+		paths[n] = p
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("missing %v in %s: run `make tools build` first", missing, binDir)
+	}
+	return paths, nil
+}
+
+// lookPath finds a system program (etcd, nft, ip) or says which Debian
+// package provides it.
+func lookPath(name, pkg string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found: install Debian's %s (make tools does)", name, pkg)
+	}
+	return p, nil
+}
