@@ -171,7 +171,7 @@ func tokenFile(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, p *
 // rename so a reader never sees half a certificate.
 func writeVolume(dir string, files map[string][]byte) error {
 	for name, b := range files {
-		p := filepath.Join(dir, filepath.Clean("/" + name))
+		p := filepath.Join(dir, filepath.Clean("/"+name))
 		if old, err := os.ReadFile(p); err == nil && string(old) == string(b) {
 			continue
 		}
