@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -9,11 +10,15 @@ import (
 
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 )
@@ -141,14 +146,9 @@ func TestKEDAScalesOnExternalPush(t *testing.T) {
 		t.Fatal("KEDA never opened StreamIsActive to the test scaler")
 	}
 
-	w, err := lc.Client.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
 	activated := time.Now()
 	scaler.set(true)
-	if err := waitReplicas(w, 1, 30*time.Second); err != nil {
+	if err := waitReplicas(ctx, ns, name, 1, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("KEDA: scaler pushed active → Deployment replicas=1 in %s", time.Since(activated).Round(time.Millisecond))
@@ -163,7 +163,7 @@ func TestKEDAScalesOnExternalPush(t *testing.T) {
 
 	deactivated := time.Now()
 	scaler.set(false)
-	if err := waitReplicas(w, 0, 60*time.Second); err != nil {
+	if err := waitReplicas(ctx, ns, name, 0, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("KEDA: scaler pushed inactive → replicas=0 in %s (cooldownPeriod 3s)", time.Since(deactivated).Round(time.Millisecond))
@@ -174,21 +174,17 @@ func TestKEDAScalesOnExternalPush(t *testing.T) {
 	}
 }
 
-func waitReplicas(w watch.Interface, want int32, timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return errWatchClosed
-			}
-			if d, ok := ev.Object.(interface{ GetName() string }); ok && d != nil {
-				if r := replicasOf(ev.Object); r != nil && *r == want {
-					return nil
-				}
-			}
-		case <-deadline:
-			return &timeoutError{want: want, after: timeout}
-		}
+// waitReplicas waits, on a watch, for the Deployment's spec.replicas.
+func waitReplicas(ctx context.Context, ns, name string, want int32, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lw := cache.NewListWatchFromClient(lc.Client.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", name))
+	_, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		return ok && d.Spec.Replicas != nil && *d.Spec.Replicas == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("deployment %s/%s did not reach replicas=%d within %s: %w", ns, name, want, timeout, err)
 	}
+	return nil
 }
