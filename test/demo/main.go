@@ -104,6 +104,18 @@ func run(ctx context.Context, keep bool, requests int) error {
 	say("2 pods ready in %s", time.Since(begin).Round(time.Millisecond))
 
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	ready := time.Now()
+	if err := cluster.WaitFor(ctx, 30*time.Second, "kube-proxy to route the ClusterIP", func(context.Context) (bool, error) {
+		resp, err := client.Get("http://" + svc.Spec.ClusterIP + "/")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return err
+	}
+	say("kube-proxy routes the ClusterIP %s after the endpoints were ready", time.Since(ready).Round(time.Millisecond))
 	answers := map[string]int{}
 	var latencies []time.Duration
 	failures := 0
