@@ -23,13 +23,7 @@ func TestPodUsesInClusterConfig(t *testing.T) {
 	ctx := t.Context()
 	const ns = "foundation-incluster"
 	createNamespace(t, ns)
-	// Fixture: the image "sh" runs <bin>/sh, a link to the system shell.
-	sh := filepath.Join(lc.BinDir, "sh")
-	if _, err := os.Lstat(sh); err != nil {
-		if err := os.Symlink("/bin/sh", sh); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shFixture(t)
 	const sa = "/var/run/secrets/kubernetes.io/serviceaccount"
 	script := `curl -sS --fail --max-time 5 --cacert ` + sa + `/ca.crt -H "Authorization: Bearer $(cat ` + sa + `/token)" ` +
 		`"https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat ` + sa + `/namespace)/serviceaccounts/default"`
@@ -40,13 +34,7 @@ func TestPodUsesInClusterConfig(t *testing.T) {
 			Containers:    []corev1.Container{{Name: "sh", Image: "sh", Command: []string{"sh", "-c", script}}},
 		},
 	}
-	// The default ServiceAccount appears a moment after the namespace.
-	if err := cluster.WaitFor(ctx, 30*time.Second, "default service account", func(ctx context.Context) (bool, error) {
-		_, err := lc.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitSA(t, ns)
 	// RBAC: the pod's own identity may read its ServiceAccount.
 	if _, err := lc.Client.RbacV1().RoleBindings(ns).Create(ctx, roleBindingViewForDefaultSA(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
