@@ -226,15 +226,6 @@ func (c *Cluster) writePKI() (pkiPaths, error) {
 	return p, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener

@@ -89,7 +89,7 @@ func run(ctx context.Context, keep bool, requests int) error {
 	}
 	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create service: %w", err)

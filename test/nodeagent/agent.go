@@ -47,15 +47,15 @@ type Config struct {
 func (c *Config) validate() error {
 	var errs []error
 	if c.Client == nil {
-		errs = append(errs, errors.New("Client is required"))
+		errs = append(errs, errors.New("client is required"))
 	}
-	for name, v := range map[string]string{"NodeName": c.NodeName, "NodeIP": c.NodeIP, "Bridge": c.Bridge, "BinDir": c.BinDir, "RunDir": c.RunDir, "LogDir": c.LogDir} {
-		if v == "" {
-			errs = append(errs, fmt.Errorf("%s is required", name))
+	for _, f := range [][2]string{{"node name", c.NodeName}, {"node IP", c.NodeIP}, {"bridge", c.Bridge}, {"bin dir", c.BinDir}, {"run dir", c.RunDir}, {"log dir", c.LogDir}} {
+		if f[1] == "" {
+			errs = append(errs, fmt.Errorf("%s is required", f[0]))
 		}
 	}
 	if !c.PodCIDR.IsValid() {
-		errs = append(errs, errors.New("PodCIDR is required"))
+		errs = append(errs, errors.New("pod CIDR is required"))
 	}
 	if c.ClusterDomain == "" {
 		c.ClusterDomain = "cluster.local"
