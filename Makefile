@@ -60,7 +60,7 @@ manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests in
 ##@ Tools (cached in bin/)
 
 .PHONY: tools
-tools: debs $(KUBE_BINS) $(BIN)/keda-operator $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) ## Install Debian packages and build the control plane, KEDA and dev tools.
+tools: debs $(KUBE_BINS) $(BIN)/keda-operator $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
 	@$(GO) mod download
 
 .PHONY: debs
@@ -95,6 +95,12 @@ $(DEV_BINS) &: test/tools/dev/go.mod test/tools/dev/go.sum
 	@mkdir -p $(BIN)
 	cd test/tools/dev && GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck sigs.k8s.io/controller-tools/cmd/controller-gen
 	@touch $(DEV_BINS)
+
+$(BIN)/helm: test/tools/helm/go.mod test/tools/helm/go.sum
+	@mkdir -p $(BIN)
+	@echo ">> building helm (helm.sh/helm/v4; ~3 min cold)"
+	cd test/tools/helm && GOBIN=$(BIN) $(GO) install helm.sh/helm/v4/cmd/helm
+	@touch $@
 
 .PHONY: clean
 clean: ## Remove bin/ (the Go build cache keeps rebuilds quick).
