@@ -1,0 +1,145 @@
+package scaler
+
+import (
+	"context"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ebb-dev/ebb/internal/holdpush"
+)
+
+func recvActive(t *testing.T, st grpc.ServerStreamingClient[externalscaler.IsActiveResponse]) bool {
+	t.Helper()
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Result
+}
+
+// The first held request of an app at zero reaches KEDA's open
+// StreamIsActive within 20 ms (p99), without waiting for a tick.
+func TestHeldPushReachesStreamAtOnce(t *testing.T) {
+	r := newRig(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := r.es.StreamIsActive(ctx, conc("cold"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recvActive(t, st) {
+		t.Fatal("cold app active before anything was held")
+	}
+	c := r.pushClient("ebb-system/activator-0")
+	cold := holdpush.App{Namespace: ns, Name: "cold"}
+	const n = 200
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		c.Set(cold, 1)
+		if !recvActive(t, st) {
+			t.Fatal("stream sent false after a held request")
+		}
+		lat = append(lat, time.Since(start))
+		c.Set(cold, 0)
+		if recvActive(t, st) {
+			t.Fatal("stream sent true after the held request left")
+		}
+	}
+	slices.Sort(lat)
+	if p99 := lat[n*99/100]; p99 > 20*time.Millisecond {
+		t.Errorf("held push → StreamIsActive p99 = %s, want ≤ 20ms (p50 %s)", p99, lat[n/2])
+	}
+}
+
+// A dead activator does not pin an app active: its counts go after the grace.
+func TestActivatorGoneReleasesApp(t *testing.T) {
+	r := newRig(t, nil, func(o *Options) { o.HoldGrace = 100 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := r.es.StreamIsActive(ctx, conc("cold"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvActive(t, st)
+	c := r.pushClient("ebb-system/activator-0")
+	c.Set(holdpush.App{Namespace: ns, Name: "cold"}, 3)
+	if !recvActive(t, st) {
+		t.Fatal("not active while held")
+	}
+	gone := time.Now()
+	c.Close()
+	if recvActive(t, st) {
+		t.Fatal("stream sent true again")
+	}
+	if waited := time.Since(gone); waited < 80*time.Millisecond {
+		t.Errorf("counts dropped after %s, before the 100ms grace", waited)
+	}
+	if got := r.metricValue(metricActivatorDropped); got != 1 {
+		t.Errorf("%s = %v, want 1", metricActivatorDropped, got)
+	}
+}
+
+// Two replicas, each reading everything and each pushed to, answer alike.
+func TestTwoScalersAgree(t *testing.T) {
+	a, b := newSidecar(t, 3, 100, 1), newSidecar(t, 0, 7, 1)
+	client := fake.NewClientset(appPod("hello-0", "hello", a), appPod("hello-1", "hello", b), appPod("legacy-0", "legacy", nil))
+	r1, r2 := newRig(t, client, nil), newRig(t, client, nil)
+	r1.addPod(appPod("hello-2", "hello", newSidecar(t, 1, 5, 4)))
+	eventually(t, "second replica sees the new pod", func() bool { return len(r2.s.reg.readable()) == 3 })
+
+	rigs := map[string]*rig{"passthrough:///r1": r1, "passthrough:///r2": r2}
+	c, err := holdpush.NewClient(holdpush.ClientOptions{Activator: "ebb-system/activator-0", DialOptions: []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return rigs["passthrough:///"+addr].lis.DialContext(ctx)
+		}),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetAddresses([]string{"passthrough:///r1", "passthrough:///r2"})
+	c.Set(holdpush.App{Namespace: ns, Name: "hello"}, 2)
+	c.Set(holdpush.App{Namespace: ns, Name: "cold"}, 1)
+	for _, r := range []*rig{r1, r2} {
+		eventually(t, "pushes reach both", func() bool {
+			return r.s.hold.Held(holdpush.App{Namespace: ns, Name: "cold"}) == 1 && r.s.hold.Held(holdpush.App{Namespace: ns, Name: "hello"}) == 2
+		})
+	}
+	a.set(2, 130, 1)
+	b.set(0, 9, 1)
+	r1.tick()
+	r2.tick()
+
+	type answer struct {
+		Metric float64
+		Active bool
+	}
+	answers := func(r *rig) map[string]answer {
+		out := map[string]answer{}
+		for _, app := range []string{"hello", "cold", "legacy", "nobody"} {
+			out[app] = answer{r.metric(conc(app)), r.active(conc(app))}
+		}
+		return out
+	}
+	got1, got2 := answers(r1), answers(r2)
+	if diff := cmp.Diff(got1, got2); diff != "" {
+		t.Errorf("replicas disagree (-r1 +r2):\n%s", diff)
+	}
+	want := map[string]answer{"hello": {5, true}, "cold": {1, true}, "legacy": {0, true}, "nobody": {0, false}}
+	if diff := cmp.Diff(want, got1); diff != "" {
+		t.Errorf("answers (-want +got):\n%s", diff)
+	}
+	if c1, c2 := r1.status("hello").RequestsCounted, r2.status("hello").RequestsCounted; c1 != 32+5 || c2 != c1 {
+		t.Errorf("counted: r1 %d, r2 %d; want 37 each (30+2 since the first tick, 5 on the new pod)", c1, c2)
+	}
+}

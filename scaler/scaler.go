@@ -1,0 +1,298 @@
+package scaler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/holdpush"
+)
+
+// Scaler is one ebb-scaler: its listeners are bound by New, Run serves.
+type Scaler struct {
+	opts   Options
+	log    logr.Logger
+	names  groupsuffix.Names
+	client kubernetes.Interface
+
+	reg     *registry
+	hold    *holdpush.Server
+	dialer  *net.Dialer
+	metrics *metrics
+	prom    *prometheus.Registry
+
+	grpc     *grpc.Server
+	health   *health.Server
+	admin    *http.Server
+	grpcLis  net.Listener
+	adminLis net.Listener
+
+	ready         atomic.Bool
+	firstTick     atomic.Int64     // unix nanos of the first tick: the start of counting
+	acc           map[*app]*appAcc // tick-owned scratch
+	manualTicks   bool             // tests: only the first tick runs by itself
+	stopInformers func()
+}
+
+// Run runs the scaler until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	s, err := New(opts)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// New validates opts, builds the Kubernetes client and binds both listeners
+// (so an address like 127.0.0.1:0 is known through GRPCAddr and AdminAddr
+// before Run).
+func New(opts Options) (*Scaler, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("options: %w", err)
+	}
+	s := &Scaler{opts: opts, reg: newRegistry(), names: groupsuffix.MustNew(opts.GroupSuffix), prom: prometheus.NewRegistry()}
+	s.log = newLogger(opts)
+	client, err := kubeClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.client = client
+	s.dialer = &net.Dialer{Timeout: opts.ReadTimeout, KeepAlive: 30 * time.Second}
+	s.metrics = newMetrics(s.prom, s)
+	s.hold = holdpush.NewServer(holdpush.ServerOptions{
+		OnChange:   func(a holdpush.App, n int64) { s.reg.setHeld(a, n, time.Now()) },
+		OnDrop:     func(string, int) { s.metrics.activatorDropped.Inc() },
+		Grace:      opts.HoldGrace,
+		StaleAfter: opts.HoldStaleAfter,
+		Log:        s.log.WithName("holdpush"),
+	})
+
+	serverOpts := []grpc.ServerOption{
+		// Find dead peers (KEDA, activators) within seconds, so a vanished
+		// activator's counts are dropped and its stream's goroutines freed.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	if opts.TLSCertFile != "" {
+		creds, err := serverCredentials(opts)
+		if err != nil {
+			return nil, err
+		}
+		serverOpts = append(serverOpts, grpc.Creds(creds))
+	}
+	s.grpc = grpc.NewServer(serverOpts...)
+	externalscaler.RegisterExternalScalerServer(s.grpc, &service{s: s})
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(externalscaler.ExternalScaler_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.hold.Register(s.grpc)
+	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("listen on --grpc-addr: %w", err)
+	}
+	if s.adminLis, err = net.Listen("tcp", opts.AdminAddr); err != nil {
+		s.grpcLis.Close()
+		return nil, fmt.Errorf("listen on --admin-addr: %w", err)
+	}
+	return s, nil
+}
+
+// GRPCAddr is the bound gRPC address.
+func (s *Scaler) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
+
+// AdminAddr is the bound HTTP address of /metrics, /apps, /healthz, /readyz.
+func (s *Scaler) AdminAddr() net.Addr { return s.adminLis.Addr() }
+
+// Ready reports whether the first tick is done (ExternalScaler calls answer
+// Unavailable until then).
+func (s *Scaler) Ready() bool { return s.ready.Load() }
+
+// Run discovers pods, reads them every tick and serves until ctx ends. The
+// gRPC server takes activator pushes from the start; KEDA's calls are
+// answered once the first tick has read every sidecar.
+func (s *Scaler) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer s.hold.Close()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.grpc.Serve(s.grpcLis); err != nil {
+			return fmt.Errorf("serve gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := s.admin.Serve(s.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve admin HTTP: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		s.health.Shutdown()
+		stopped := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			s.grpc.Stop() // StreamIsActive streams end only when KEDA hangs up
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = s.admin.Shutdown(sctx)
+		if s.stopInformers != nil {
+			s.stopInformers()
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := s.discover(gctx, s.client); err != nil {
+			if gctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.log.Info("serving", "grpc", s.GRPCAddr().String(), "admin", s.AdminAddr().String(), "groupSuffix", s.names.Suffix(), "tick", s.opts.Tick)
+		s.loop(gctx)
+		return nil
+	})
+	err := g.Wait()
+	s.reg.closeAll()
+	return err
+}
+
+func (s *Scaler) loop(ctx context.Context) {
+	s.tick(ctx)
+	s.ready.Store(true)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(externalscaler.ExternalScaler_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if s.manualTicks {
+		return
+	}
+	t := time.NewTicker(s.opts.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.tick(ctx)
+		}
+	}
+}
+
+func (s *Scaler) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "first read of every sidecar not done yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /apps", func(w http.ResponseWriter, r *http.Request) {
+		window, ok := s.statusWindow(w, r)
+		if !ok {
+			return
+		}
+		writeJSON(w, StatusResponse{Ready: s.ready.Load(), Apps: s.appStatuses(time.Now(), window), Activators: s.hold.Activators()})
+	})
+	mux.HandleFunc("GET /apps/{namespace}/{app}", func(w http.ResponseWriter, r *http.Request) {
+		window, ok := s.statusWindow(w, r)
+		if !ok {
+			return
+		}
+		k := appKey{Namespace: r.PathValue("namespace"), Name: r.PathValue("app")}
+		a := s.reg.lookup(k)
+		if a == nil {
+			http.Error(w, fmt.Sprintf("app %s has no pod, nothing held and nothing counted within --max-rate-window", k), http.StatusNotFound)
+			return
+		}
+		now := time.Now()
+		writeJSON(w, s.appStatus(k, a.figures(now, window), now, window))
+	})
+	return mux
+}
+
+// StatusResponse is the body of GET /apps.
+type StatusResponse struct {
+	Ready      bool                       `json:"ready"`
+	Apps       []AppStatus                `json:"apps"`
+	Activators []holdpush.ActivatorStatus `json:"activators"`
+}
+
+func (s *Scaler) statusWindow(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	v := r.URL.Query().Get("window")
+	if v == "" {
+		return DefaultRateWindow, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < s.opts.Tick || d > s.opts.MaxRateWindow {
+		http.Error(w, fmt.Sprintf("window=%q: set a duration between %s and %s", v, s.opts.Tick, s.opts.MaxRateWindow), http.StatusBadRequest)
+		return 0, false
+	}
+	return d, true
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away: nothing to do
+}
+
+func newLogger(o Options) logr.Logger {
+	if o.Logger != nil {
+		return *o.Logger
+	}
+	return zap.New(zap.UseDevMode(o.LogFormat == "console"), zap.Level(zapcore.Level(-o.LogLevel))).WithName("ebb-scaler")
+}
+
+func kubeClient(o Options) (kubernetes.Interface, error) {
+	if o.Client != nil {
+		return o.Client, nil
+	}
+	cfg := o.RestConfig
+	if cfg == nil {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = o.Kubeconfig
+		var err error
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client config (in-cluster, --kubeconfig or $KUBECONFIG): %w", err)
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "ebb-scaler"
+
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, nil
+}

@@ -1,0 +1,7 @@
+// Command scaler benchmarks ebb-scaler against the figures of issue 6: it
+// serves thousands of simulated sidecars (real HTTP servers on loopback) in
+// this process, runs the scaler in a child process (this same binary) so its
+// CPU and memory can be read from /proc, and prints a markdown table.
+//
+//	go run ./test/bench/scaler [-sidecars 5000 -apps 1000 -measure 20s]
+package main
