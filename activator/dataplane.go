@@ -1,0 +1,474 @@
+package activator
+
+import (
+	"context"
+	"fmt"
+	"html"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ebb-dev/ebb/activator/routing"
+	"github.com/ebb-dev/ebb/internal/holdpush"
+)
+
+// AppConfig is an app's holding settings, from its AppRoute; zero values
+// take the DataPlane's defaults.
+type AppConfig struct {
+	QueueSize        int
+	ColdStartTimeout time.Duration
+	// Placeholder answers browsers (Accept: text/html) during a cold start
+	// with a small page that refreshes itself, instead of holding them.
+	Placeholder bool
+}
+
+// Endpoint is one app endpoint as its Service's EndpointSlices list it.
+type Endpoint struct {
+	// Addr is host:port of the Service's target port on the pod (the
+	// sidecar's data port).
+	Addr string
+	// AdminAddr is host:port of the pod's sidecar admin port, probed for
+	// GET /ready while requests are held and the endpoint is not ready yet;
+	// empty means never probed.
+	AdminAddr string
+	Ready     bool
+}
+
+// Pusher receives every change of an app's held count; holdpush.Client is one.
+type Pusher interface {
+	Set(app holdpush.App, held int64)
+}
+
+// DataPlaneOptions configure a DataPlane.
+type DataPlaneOptions struct {
+	// QueueSize is an app's hold queue unless its AppRoute sets one.
+	QueueSize int
+	// MaxHeld caps the requests held across every app.
+	MaxHeld int
+	// ColdStartTimeout is how long a request is held unless the app's
+	// AppRoute sets it.
+	ColdStartTimeout time.Duration
+	// ProbeInterval is the period of the /ready probes of not-ready sidecars
+	// while requests are held.
+	ProbeInterval time.Duration
+	// RetryAfter is sent with 503 when a queue is full.
+	RetryAfter time.Duration
+	Pusher     Pusher
+	Metrics    *Metrics
+	Log        logr.Logger
+}
+
+// DataPlane is the activator's request path: it routes a request by its
+// Host and path, proxies it straight to a ready pod of its app, or holds it
+// until one is ready.
+type DataPlane struct {
+	opts    DataPlaneOptions
+	table   atomic.Pointer[routing.Table[*app]]
+	proxies *proxies
+	probe   *http.Client
+	held    atomic.Int64 // across every app
+
+	mu   sync.Mutex // guards apps; taken by writers only
+	apps map[routing.Key]*app
+}
+
+// NewDataPlane returns a DataPlane with an empty routing table.
+func NewDataPlane(opts DataPlaneOptions) *DataPlane {
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if opts.Pusher == nil {
+		opts.Pusher = noPush{}
+	}
+	opts.QueueSize = cmpOr(opts.QueueSize, DefaultQueueSize)
+	opts.MaxHeld = cmpOr(opts.MaxHeld, DefaultMaxHeld)
+	opts.ColdStartTimeout = cmpOr(opts.ColdStartTimeout, DefaultColdStartTimeout)
+	opts.ProbeInterval = cmpOr(opts.ProbeInterval, DefaultProbeInterval)
+	opts.RetryAfter = cmpOr(opts.RetryAfter, time.Second)
+	d := &DataPlane{
+		opts:    opts,
+		proxies: newProxies(opts.Log),
+		probe: &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{
+			MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second, DisableCompression: true,
+		}},
+		apps: map[routing.Key]*app{},
+	}
+	d.table.Store(routing.Build[*app](nil))
+	return d
+}
+
+type noPush struct{}
+
+func (noPush) Set(holdpush.App, int64) {}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// app is the state of one app, kept across routing-table rebuilds.
+type app struct {
+	key  routing.Key
+	push holdpush.App
+	cfg  atomic.Pointer[AppConfig]
+	eps  atomic.Pointer[endpointSet]
+	rr   atomic.Uint64
+	gone atomic.Bool // its AppRoute was deleted
+
+	mu        sync.Mutex
+	held      int64
+	wake      chan struct{} // closed (and replaced) when endpoints change
+	coldSince time.Time     // first hold of the current cold start
+	probing   bool
+	probed    map[string]bool // addresses a probe found ready
+	all       []Endpoint      // as last set
+	heldGauge prometheus.Gauge
+}
+
+type endpointSet struct {
+	ready    []*upstream
+	notReady []Endpoint
+}
+
+// getApp returns the state of key, creating it. Callers hold d.mu.
+func (d *DataPlane) getApp(key routing.Key) *app {
+	a := d.apps[key]
+	if a == nil {
+		a = &app{key: key, push: holdpush.App{Namespace: key.Namespace, Name: key.Name}, wake: make(chan struct{}), probed: map[string]bool{}}
+		a.cfg.Store(&AppConfig{})
+		a.eps.Store(&endpointSet{})
+		a.heldGauge = d.opts.Metrics.held.WithLabelValues(key.Namespace, key.Name)
+		d.apps[key] = a
+	}
+	return a
+}
+
+// SetRoutes replaces the routing table. Apps no longer routed answer their
+// held requests at once (503).
+func (d *DataPlane) SetRoutes(routes []routing.Route[AppConfig]) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rs := make([]routing.Route[*app], 0, len(routes))
+	keep := make(map[routing.Key]bool, len(routes))
+	for _, r := range routes {
+		a := d.getApp(r.Key)
+		cfg := r.Value
+		if old := a.cfg.Load(); *old != cfg {
+			a.cfg.Store(&cfg)
+		}
+		a.gone.Store(false)
+		keep[r.Key] = true
+		rs = append(rs, routing.Route[*app]{Key: r.Key, Generation: r.Generation, Created: r.Created, Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Service: r.Service, ClusterIPs: r.ClusterIPs, Value: a})
+	}
+	t := routing.Build(rs)
+	d.table.Store(t)
+	d.opts.Metrics.routes.Set(float64(t.Len()))
+	for k, a := range d.apps {
+		if keep[k] {
+			continue
+		}
+		a.gone.Store(true)
+		a.broadcast()
+		a.mu.Lock()
+		idle := a.held == 0 && len(a.all) == 0
+		a.mu.Unlock()
+		if idle {
+			delete(d.apps, k)
+			d.opts.Metrics.held.DeleteLabelValues(k.Namespace, k.Name)
+		}
+	}
+	for _, c := range t.Conflicts {
+		d.opts.Log.V(1).Info("host claimed by two AppRoutes; the older serves it", "host", c.Host, "prefix", c.Prefix, "winner", c.Winner.String(), "loser", c.Loser.String())
+	}
+}
+
+// Served lists the AppRoutes in the table this replica serves and the
+// generation of each.
+func (d *DataPlane) Served() map[string]int64 {
+	out := map[string]int64{}
+	d.table.Load().Routes(func(r *routing.Route[*app]) { out[r.Key.String()] = r.Generation })
+	return out
+}
+
+// SetEndpoints replaces the endpoints of an app. Held requests go to the
+// ready ones at once.
+func (d *DataPlane) SetEndpoints(key routing.Key, eps []Endpoint) {
+	d.mu.Lock()
+	a := d.getApp(key)
+	d.mu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if slices.Equal(a.all, eps) {
+		return
+	}
+	a.all = slices.Clone(eps)
+	present := make(map[string]bool, len(eps))
+	for _, e := range eps {
+		present[e.Addr] = true
+	}
+	for _, e := range eps {
+		if e.Ready {
+			delete(a.probed, e.Addr) // the slice caught up: trust it from now on
+		}
+	}
+	for addr := range a.probed {
+		if !present[addr] {
+			delete(a.probed, addr)
+		}
+	}
+	d.rebuildLocked(a)
+}
+
+// rebuildLocked recomputes a's endpoint set and wakes its waiters. Callers
+// hold a.mu.
+func (d *DataPlane) rebuildLocked(a *app) {
+	set := &endpointSet{}
+	for _, e := range a.all {
+		if e.Ready || a.probed[e.Addr] {
+			set.ready = append(set.ready, d.proxies.get(e.Addr))
+		} else {
+			set.notReady = append(set.notReady, e)
+		}
+	}
+	a.eps.Store(set)
+	if len(set.ready) > 0 && !a.coldSince.IsZero() {
+		d.opts.Metrics.coldStart.Observe(time.Since(a.coldSince).Seconds())
+		a.coldSince = time.Time{}
+	}
+	close(a.wake)
+	a.wake = make(chan struct{})
+}
+
+func (a *app) broadcast() {
+	a.mu.Lock()
+	close(a.wake)
+	a.wake = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// pick spreads requests over the ready endpoints, round robin.
+func (a *app) pick() *upstream {
+	set := a.eps.Load()
+	if n := len(set.ready); n > 0 {
+		return set.ready[(a.rr.Add(1)-1)%uint64(n)]
+	}
+	return nil
+}
+
+// ServeHTTP routes, proxies or holds one request.
+func (d *DataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	route, ok := d.table.Load().Lookup(r.Host, r.URL.Path)
+	if !ok {
+		d.opts.Metrics.notFound.Inc()
+		http.Error(w, fmt.Sprintf("ebb-activator: no app is routed for host %q and path %q", r.Host, r.URL.Path), http.StatusNotFound)
+		return
+	}
+	a := route.Value
+	if up := a.pick(); up != nil {
+		d.opts.Metrics.proxied.Inc()
+		up.ServeHTTP(w, r)
+		return
+	}
+	d.hold(w, r, a)
+}
+
+type admission int
+
+const (
+	admitted admission = iota
+	appFull
+	globalFull
+)
+
+// admit takes a slot in a's queue and tells the scaler.
+func (d *DataPlane) admit(a *app, limit int) admission {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held >= int64(limit) {
+		return appFull
+	}
+	if d.held.Add(1) > int64(d.opts.MaxHeld) {
+		d.held.Add(-1)
+		return globalFull
+	}
+	a.held++
+	d.opts.Pusher.Set(a.push, a.held)
+	a.heldGauge.Set(float64(a.held))
+	if a.coldSince.IsZero() {
+		a.coldSince = time.Now()
+	}
+	if !a.probing {
+		a.probing = true
+		go d.probeLoop(a)
+	}
+	return admitted
+}
+
+// leave frees a slot and tells the scaler.
+func (d *DataPlane) leave(a *app) {
+	a.mu.Lock()
+	a.held--
+	d.held.Add(-1)
+	d.opts.Pusher.Set(a.push, a.held)
+	a.heldGauge.Set(float64(a.held))
+	if a.held == 0 && len(a.eps.Load().ready) == 0 {
+		a.coldSince = time.Time{} // nobody waits any more: this cold start is over
+	}
+	a.mu.Unlock()
+}
+
+func (d *DataPlane) hold(w http.ResponseWriter, r *http.Request, a *app) {
+	cfg := a.cfg.Load()
+	if cfg.Placeholder && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		d.placeholder(w, a)
+		return
+	}
+	limit := cmpOr(cfg.QueueSize, d.opts.QueueSize)
+	timeout := cmpOr(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
+	switch d.admit(a, limit) {
+	case appFull:
+		d.reject(w, a, fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit))
+		return
+	case globalFull:
+		d.reject(w, a, fmt.Sprintf("the activator holds its maximum of %d requests", d.opts.MaxHeld))
+		return
+	}
+	start := time.Now()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		a.mu.Lock()
+		wake := a.wake
+		a.mu.Unlock()
+		if up := a.pick(); up != nil {
+			d.leave(a)
+			d.opts.Metrics.released.Inc()
+			up.ServeHTTP(w, r)
+			return
+		}
+		if a.gone.Load() {
+			d.leave(a)
+			http.Error(w, fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held", a.key), http.StatusServiceUnavailable)
+			return
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			d.leave(a)
+			d.opts.Metrics.timedOut.Inc()
+			d.opts.Metrics.timeouts.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+			http.Error(w, fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)", a.key, time.Since(start).Round(time.Millisecond), timeout), http.StatusGatewayTimeout)
+			return
+		case <-r.Context().Done():
+			d.leave(a) // the client left: its slot is free at once
+			d.opts.Metrics.canceled.Inc()
+			return
+		}
+	}
+}
+
+func (d *DataPlane) reject(w http.ResponseWriter, a *app, why string) {
+	d.opts.Metrics.rejected.Inc()
+	d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(d.opts.RetryAfter.Round(time.Second)/time.Second))))
+	http.Error(w, "ebb-activator: "+why+"; retry later", http.StatusServiceUnavailable)
+}
+
+// placeholderRefresh is how often the placeholder page reloads, and how long
+// each one counts as a held request so the app is woken and kept waking.
+const placeholderRefresh = 2 * time.Second
+
+func (d *DataPlane) placeholder(w http.ResponseWriter, a *app) {
+	d.opts.Metrics.placeholder.Inc()
+	if d.admit(a, cmpOr(a.cfg.Load().QueueSize, d.opts.QueueSize)) == admitted {
+		time.AfterFunc(placeholderRefresh, func() { d.leave(a) })
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Retry-After", strconv.Itoa(int(placeholderRefresh/time.Second)))
+	w.WriteHeader(http.StatusServiceUnavailable)
+	fmt.Fprintf(w, `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="%d"><title>Starting %s</title></head>`+
+		`<body style="font-family:sans-serif;text-align:center;margin-top:20vh"><h1>Starting %s…</h1><p>This page reloads by itself.</p></body></html>`+"\n",
+		int(placeholderRefresh/time.Second), html.EscapeString(a.key.Name), html.EscapeString(a.key.Name))
+}
+
+// probeLoop probes the not-ready sidecars of a while it holds requests and
+// has no ready endpoint, so held requests go out the moment a sidecar is
+// ready rather than after EndpointSlice propagation.
+func (d *DataPlane) probeLoop(a *app) {
+	t := time.NewTicker(d.opts.ProbeInterval)
+	defer t.Stop()
+	inflight := map[string]bool{}
+	results := make(chan probeResult, 1024)
+	for {
+		a.mu.Lock()
+		if a.held == 0 {
+			a.probing = false
+			a.mu.Unlock()
+			return
+		}
+		set := a.eps.Load()
+		a.mu.Unlock()
+		if len(set.ready) == 0 {
+			for _, e := range set.notReady {
+				if e.AdminAddr == "" || inflight[e.Addr] {
+					continue
+				}
+				inflight[e.Addr] = true
+				go func(e Endpoint) {
+					select {
+					case results <- probeResult{e.Addr, d.probeReady(e.AdminAddr)}:
+					default: // the loop ended or is far behind; the next one probes again
+					}
+				}(e)
+			}
+		}
+		select {
+		case res := <-results:
+			delete(inflight, res.addr)
+			if res.ready {
+				a.mu.Lock()
+				if slices.ContainsFunc(a.all, func(e Endpoint) bool { return e.Addr == res.addr }) && !a.probed[res.addr] {
+					a.probed[res.addr] = true
+					d.rebuildLocked(a)
+				}
+				a.mu.Unlock()
+			}
+		case <-t.C:
+		}
+	}
+}
+
+type probeResult struct {
+	addr  string
+	ready bool
+}
+
+func (d *DataPlane) probeReady(admin string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/ready", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := d.probe.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Held is the number of requests held now across every app.
+func (d *DataPlane) Held() int64 { return d.held.Load() }

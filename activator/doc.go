@@ -1,0 +1,40 @@
+// Package activator is ebb-activator: it holds requests for apps that have no
+// ready pod, tells the scaler at once (internal/holdpush), and forwards the
+// held requests the moment a pod is ready, probing not-ready sidecars'
+// /ready so it does not wait on EndpointSlice propagation. Warm requests
+// that still reach it are proxied straight through (HTTP/1.1, WebSocket,
+// SSE, h2c/gRPC; one reverse proxy per upstream, one shared buffer pool).
+//
+// Its parts: the DataPlane (routing by package routing, bounded per-app hold
+// queues, cold-start timeouts, placeholder page), the sources that feed it
+// from AppRoute, Service and EndpointSlice informers (plus a full re-list
+// every --resync), and two controllers run by the replica that holds the
+// instance's Lease: the endpoint hand-off controller (one EndpointSlice per
+// Service, managed-by activator.<suffix>, pointing at the ready activator
+// pods while the app has no ready endpoint or its Deployment is at 0) and
+// the propagation controller (GET /routing on every ready replica; the
+// AppRoute's Propagated condition, applied server-side under the
+// "ebb-activator" field manager, is True only when all serve its generation).
+//
+// # Answers
+//
+// Unknown host → 404 naming the host; hold queue full (per app: AppRoute
+// spec.queueSize, else --queue-size; or --max-held across apps) → 503 with
+// Retry-After; cold-start timeout (spec.coldStartTimeout, else
+// --cold-start-timeout) → 504 naming the app and the wait. A client that
+// leaves frees its slot at once. With the AppRoute annotation
+// <suffix>/placeholder: "true", a GET with Accept: text/html during a cold
+// start gets a small self-refreshing page (503) and counts as held for 2 s.
+//
+// # Metrics
+//
+//	| name                                        | type      | labels          |
+//	|---------------------------------------------|-----------|-----------------|
+//	| ebb_activator_held_requests                 | gauge     | namespace, app  |
+//	| ebb_activator_cold_start_duration_seconds   | histogram | —               |
+//	| ebb_activator_cold_start_timeouts_total     | counter   | namespace, app  |
+//	| ebb_activator_queue_full_total              | counter   | namespace, app  |
+//	| ebb_activator_requests_total                | counter   | outcome         |
+//	| ebb_activator_routes                        | gauge     | —               |
+//	| ebb_activator_handoff_slices                | gauge     | —               |
+package activator

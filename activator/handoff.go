@@ -1,0 +1,279 @@
+package activator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+)
+
+// FieldManager is the activator's server-side apply field manager, for
+// hand-off EndpointSlices and the Propagated condition.
+const FieldManager = "ebb-activator"
+
+// RouteLabel on a hand-off slice names the AppRoute it is for.
+const RouteLabel = "approute"
+
+// handoff is the endpoint hand-off controller, run by the elected replica:
+// for each AppRoute whose app has no ready endpoint, or whose Deployment is
+// scaled to 0, it publishes an extra EndpointSlice for the app's Service
+// that points at the ready activator pods; it removes it once the app has a
+// ready endpoint. It only ever touches slices managed by activator.<suffix>.
+type handoff struct {
+	opts        Options
+	names       groupsuffix.Names
+	log         logr.Logger
+	kube        kubernetes.Interface
+	src         *sources
+	deployments cache.SharedIndexInformer
+	activators  cache.SharedIndexInformer // this instance's activator pods
+	metrics     *Metrics
+	kick        chan struct{}
+}
+
+// handoffSliceName is the hand-off slice of a Service: one per Service and
+// instance, the instance told apart by a hash of its managed-by value.
+func handoffSliceName(service string, names groupsuffix.Names) string {
+	sum := sha256.Sum256([]byte(names.EndpointSliceManagedBy()))
+	suffix := "-activator-" + hex.EncodeToString(sum[:4])
+	if len(service) > 63-len(suffix) {
+		service = service[:63-len(suffix)]
+	}
+	return service + suffix
+}
+
+func (h *handoff) trigger() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run reconciles every AppRoute on each change and every 10 s, until ctx ends.
+func (h *handoff) run(ctx context.Context) {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		if err := h.reconcileAll(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error(err, "endpoint hand-off: some slices not reconciled; retrying")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+func (h *handoff) reconcileAll(ctx context.Context) error {
+	routes := h.src.cachedRoutes()
+	wanted := map[string]bool{} // namespace/slice name
+	var errs []error
+	for _, r := range routes {
+		name, err := h.reconcile(ctx, r)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if name != "" {
+			wanted[r.Namespace+"/"+name] = true
+		}
+	}
+	// Our slices whose AppRoute is gone or no longer wants one.
+	published := 0
+	for _, o := range h.src.slices.GetStore().List() {
+		sl, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok || sl.Labels[discoveryv1.LabelManagedBy] != h.names.EndpointSliceManagedBy() {
+			continue
+		}
+		if wanted[sl.Namespace+"/"+sl.Name] {
+			published++
+			continue
+		}
+		if err := h.delete(ctx, sl, "no AppRoute needs it"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.metrics.handoff.Set(float64(published))
+	return errors.Join(errs...)
+}
+
+// reconcile publishes the hand-off slice of r when needed; it returns the
+// slice's name when it should exist.
+func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (string, error) {
+	if r.DeletionTimestamp != nil || r.Spec.Service.Name == "" {
+		return "", nil
+	}
+	svc := h.src.service(r.Namespace, r.Spec.Service.Name)
+	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return "", nil
+	}
+	ports := routePorts(svc, r.Spec.Service.Port)
+	if len(ports) == 0 {
+		return "", nil
+	}
+	if !h.needsHandoff(r, svc) {
+		return "", nil
+	}
+	name := handoffSliceName(svc.Name, h.names)
+	want := h.desired(r, svc, ports, name)
+	if cur, ok := h.current(r.Namespace, name); ok && sameSlice(cur, want) {
+		return name, nil
+	}
+	body, err := json.Marshal(want)
+	if err != nil {
+		return name, fmt.Errorf("encode hand-off slice %s/%s: %w", r.Namespace, name, err)
+	}
+	force := true
+	_, err = h.kube.DiscoveryV1().EndpointSlices(r.Namespace).Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+	if err != nil {
+		return name, fmt.Errorf("apply hand-off slice %s/%s: %w", r.Namespace, name, err)
+	}
+	h.log.Info("hand-off slice published", "namespace", r.Namespace, "service", svc.Name, "slice", name, "activators", len(want.Endpoints))
+	return name, nil
+}
+
+// needsHandoff: the Deployment is scaled to 0 (published before its last
+// pod stops serving), or no app endpoint is ready and not terminating.
+func (h *handoff) needsHandoff(r *routingv1alpha1.AppRoute, svc *corev1.Service) bool {
+	if o, ok, _ := h.deployments.GetStore().GetByKey(r.Namespace + "/" + r.Spec.ScaleTargetRef.Name); ok {
+		if d, ok := o.(*appsv1.Deployment); ok && d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
+			return true
+		}
+	}
+	objs, _ := h.src.slices.GetIndexer().ByIndex(byService, svc.Namespace+"/"+svc.Name)
+	for _, o := range objs {
+		sl, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok || isHandoff(sl) {
+			continue
+		}
+		for _, e := range sl.Endpoints {
+			if ptrOr(e.Conditions.Ready, true) && !ptrOr(e.Conditions.Terminating, false) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (h *handoff) current(ns, name string) (*discoveryv1.EndpointSlice, bool) {
+	o, ok, _ := h.src.slices.GetStore().GetByKey(ns + "/" + name)
+	if !ok {
+		return nil, false
+	}
+	sl, ok := o.(*discoveryv1.EndpointSlice)
+	return sl, ok
+}
+
+func (h *handoff) desired(r *routingv1alpha1.AppRoute, svc *corev1.Service, ports []corev1.ServicePort, name string) *discoveryv1.EndpointSlice {
+	sl := &discoveryv1.EndpointSlice{
+		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: r.Namespace,
+			Labels: map[string]string{
+				discoveryv1.LabelServiceName: svc.Name,
+				discoveryv1.LabelManagedBy:   h.names.EndpointSliceManagedBy(),
+				h.names.Key(RouteLabel):      r.Name,
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: routingv1alpha1.GroupVersion(h.names.Group()).String(), Kind: routingv1alpha1.Kind,
+				Name: r.Name, UID: r.UID,
+			}},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{},
+	}
+	for _, p := range ports {
+		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &p.Name, Port: ptrTo(int32(h.opts.HandoffPort)), Protocol: ptrTo(corev1.ProtocolTCP), AppProtocol: p.AppProtocol})
+	}
+	for _, o := range h.activators.GetStore().List() {
+		p, ok := o.(*corev1.Pod)
+		if !ok || !podReady(p) || p.DeletionTimestamp != nil || p.Status.PodIP == "" || strings.Contains(p.Status.PodIP, ":") {
+			continue
+		}
+		ep := discoveryv1.Endpoint{
+			Addresses:  []string{p.Status.PodIP},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true), Serving: ptrTo(true), Terminating: ptrTo(false)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		}
+		if p.Spec.NodeName != "" {
+			ep.NodeName = ptrTo(p.Spec.NodeName)
+		}
+		sl.Endpoints = append(sl.Endpoints, ep)
+	}
+	slices.SortFunc(sl.Endpoints, func(a, b discoveryv1.Endpoint) int { return strings.Compare(a.Addresses[0], b.Addresses[0]) })
+	return sl
+}
+
+// sameSlice compares what the hand-off controller sets.
+func sameSlice(cur, want *discoveryv1.EndpointSlice) bool {
+	if len(cur.Endpoints) != len(want.Endpoints) || len(cur.Ports) != len(want.Ports) {
+		return false
+	}
+	for k, v := range want.Labels {
+		if cur.Labels[k] != v {
+			return false
+		}
+	}
+	for i := range want.Endpoints {
+		c, w := cur.Endpoints[i], want.Endpoints[i]
+		if !slices.Equal(c.Addresses, w.Addresses) || !ptrOr(c.Conditions.Ready, true) {
+			return false
+		}
+	}
+	for i := range want.Ports {
+		c, w := cur.Ports[i], want.Ports[i]
+		if ptrOr(c.Name, "") != ptrOr(w.Name, "") || ptrOr(c.Port, 0) != ptrOr(w.Port, 0) {
+			return false
+		}
+	}
+	return len(cur.OwnerReferences) == 1 && cur.OwnerReferences[0].UID == want.OwnerReferences[0].UID
+}
+
+func (h *handoff) delete(ctx context.Context, sl *discoveryv1.EndpointSlice, why string) error {
+	uid := sl.UID
+	err := h.kube.DiscoveryV1().EndpointSlices(sl.Namespace).Delete(ctx, sl.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete hand-off slice %s/%s: %w", sl.Namespace, sl.Name, err)
+	}
+	h.log.Info("hand-off slice removed", "namespace", sl.Namespace, "service", sl.Labels[discoveryv1.LabelServiceName], "slice", sl.Name, "why", why)
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,107 @@
+package activator
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// bufferPool is the one buffer pool every reverse proxy shares.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+
+// upstream is one app endpoint (a sidecar's data port) with its reverse
+// proxies, built once and shared by every request to it: one for HTTP/1.1
+// (WebSocket upgrades included) and one for h2c (gRPC).
+type upstream struct {
+	addr   string
+	h1, h2 *httputil.ReverseProxy
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 2 {
+		u.h2.ServeHTTP(w, r)
+		return
+	}
+	u.h1.ServeHTTP(w, r)
+}
+
+// proxies builds and caches the upstreams by address.
+type proxies struct {
+	h1, h2 http.RoundTripper
+	pool   *bufferPool
+	log    logr.Logger
+	m      sync.Map // addr → *upstream
+}
+
+func newProxies(log logr.Logger) *proxies {
+	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
+	h1 := &http.Transport{
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          0, // no global cap; per host below
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ExpectContinueTimeout: time.Second,
+	}
+	h1.Protocols = new(http.Protocols)
+	h1.Protocols.SetHTTP1(true)
+	h2 := &http.Transport{
+		DialContext:        dialer.DialContext,
+		IdleConnTimeout:    90 * time.Second,
+		DisableCompression: true,
+	}
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	return &proxies{h1: h1, h2: h2, pool: &bufferPool{}, log: log}
+}
+
+func (p *proxies) get(addr string) *upstream {
+	if u, ok := p.m.Load(addr); ok {
+		return u.(*upstream)
+	}
+	u := &upstream{addr: addr, h1: p.reverseProxy(addr, p.h1), h2: p.reverseProxy(addr, p.h2)}
+	actual, _ := p.m.LoadOrStore(addr, u)
+	return actual.(*upstream)
+}
+
+// forget drops the upstreams not in keep.
+func (p *proxies) forget(keep map[string]bool) {
+	p.m.Range(func(k, _ any) bool {
+		if !keep[k.(string)] {
+			p.m.Delete(k)
+		}
+		return true
+	})
+}
+
+func (p *proxies) reverseProxy(addr string, rt http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = addr
+			pr.Out.Host = pr.In.Host // the app may route by Host
+			pr.SetXForwarded()
+		},
+		Transport:  rt,
+		BufferPool: p.pool,
+		ErrorLog:   nil,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.log.V(1).Info("upstream failed", "upstream", addr, "host", r.Host, "error", err.Error())
+			http.Error(w, fmt.Sprintf("ebb-activator: upstream %s failed: %v", addr, err), http.StatusBadGateway)
+		},
+	}
+}

@@ -1,0 +1,242 @@
+package activator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap/zapcore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/holdpush"
+)
+
+// Run serves the activator until ctx ends, then drains held and proxied
+// requests for up to DrainTimeout.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	names := groupsuffix.MustNew(opts.APIGroupSuffix)
+	log := newLogger(opts).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix())
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	cfg.UserAgent = "ebb-activator"
+	cfg.QPS, cfg.Burst = 50, 100
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := NewMetrics(reg)
+
+	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: opts.PodNamespace + "/" + opts.PodName, Log: log.WithName("holdpush")})
+	if err != nil {
+		return fmt.Errorf("held-count push: %w", err)
+	}
+	defer push.Close()
+	if len(opts.ScalerAddresses) > 0 {
+		push.SetAddresses(opts.ScalerAddresses)
+	} else if opts.ScalerService == "" {
+		log.Info("no --scaler-addresses or --scaler-service: held counts reach no scaler, apps at zero are not woken by this activator")
+	}
+
+	dp := NewDataPlane(DataPlaneOptions{
+		QueueSize: opts.QueueSize, MaxHeld: opts.MaxHeld, ColdStartTimeout: opts.ColdStartTimeout,
+		ProbeInterval: opts.ProbeInterval, Pusher: push, Metrics: metrics, Log: log.WithName("dataplane"),
+	})
+
+	factory := informers.NewSharedInformerFactory(kube, 10*time.Minute)
+	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute)
+	routeInf := dynFactory.ForResource(routingv1alpha1.GroupVersionResource(names.Group())).Informer()
+	src, err := newSources(opts, names, log.WithName("routing"), kube, dyn, factory, routeInf, dp)
+	if err != nil {
+		return err
+	}
+	var lastScalers []string
+	src.onScalers = func(addrs []string) {
+		if fmt.Sprint(addrs) != fmt.Sprint(lastScalers) {
+			lastScalers = addrs
+			push.SetAddresses(addrs)
+			log.Info("scaler addresses", "addresses", addrs)
+		}
+	}
+	deployments := factory.Apps().V1().Deployments().Informer()
+	activatorFactory := informers.NewSharedInformerFactoryWithOptions(kube, 10*time.Minute, informers.WithNamespace(opts.PodNamespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = opts.ActivatorSelector }))
+	activators := activatorFactory.Core().V1().Pods().Informer()
+
+	_, adminPortStr, _ := net.SplitHostPort(opts.AdminListen)
+	adminPort, _ := strconv.Atoi(adminPortStr)
+	ho := &handoff{opts: opts, names: names, log: log.WithName("handoff"), kube: kube, src: src, deployments: deployments, activators: activators, metrics: metrics, kick: make(chan struct{}, 1)}
+	prop := &propagation{names: names, log: log.WithName("propagation"), dyn: dyn, src: src, activators: activators, adminPort: adminPort,
+		client: &http.Client{Timeout: 2 * time.Second}, kick: make(chan struct{}, 1)}
+	kickLeader := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { ho.trigger(); prop.trigger() },
+		UpdateFunc: func(any, any) { ho.trigger(); prop.trigger() },
+		DeleteFunc: func(any) { ho.trigger(); prop.trigger() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{routeInf, src.services, src.slices, deployments, activators} {
+		if _, err := inf.AddEventHandler(kickLeader); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+	}
+
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	factory.Start(runCtx.Done())
+	dynFactory.Start(runCtx.Done())
+	activatorFactory.Start(runCtx.Done())
+	syncCtx, cancelSync := context.WithTimeout(ctx, 2*time.Minute)
+	synced := cache.WaitForCacheSync(syncCtx.Done(), routeInf.HasSynced, src.services.HasSynced, src.slices.HasSynced, deployments.HasSynced, activators.HasSynced)
+	cancelSync()
+	if !synced {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("caches of AppRoutes (group %s), Services, EndpointSlices, Deployments and activator pods did not sync in 2m: is the CRD installed and RBAC granted?", names.Group())
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancelRun()
+	wg.Go(func() { src.run(runCtx) })
+	src.rebuild(src.cachedRoutes())
+
+	var draining = make(chan struct{})
+	admin := &http.Server{Addr: opts.AdminListen, Handler: adminHandler(reg, dp, src, opts.PodName, draining), ReadHeaderTimeout: 10 * time.Second}
+	data := &http.Server{Addr: opts.Listen, Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
+	data.Protocols = new(http.Protocols)
+	data.Protocols.SetHTTP1(true)
+	data.Protocols.SetUnencryptedHTTP2(true)
+	dataLn, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", opts.AdminListen)
+	if err != nil {
+		dataLn.Close()
+		return fmt.Errorf("listen on %s: %w", opts.AdminListen, err)
+	}
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- serve(data, dataLn, "data") }()
+	go func() { serveErr <- serve(admin, adminLn, "admin") }()
+
+	if opts.LeaderElection {
+		wg.Go(func() { lead(runCtx, kube, opts, names, log, ho, prop) })
+	} else {
+		wg.Go(func() { ho.run(runCtx) })
+		wg.Go(func() { prop.run(runCtx) })
+	}
+	log.Info("activator serving", "listen", opts.Listen, "admin", opts.AdminListen, "group", names.Group())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+	close(draining)
+	shutCtx, cancel := context.WithTimeout(context.Background(), opts.DrainTimeout)
+	defer cancel()
+	if err := data.Shutdown(shutCtx); err != nil {
+		data.Close()
+	}
+	admin.Close()
+	return runErr
+}
+
+func serve(s *http.Server, ln net.Listener, what string) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("%s server: %w", what, err)
+	}
+	return nil
+}
+
+// lead runs the hand-off and propagation controllers while this replica
+// holds the instance's Lease, and campaigns again when it loses it.
+func lead(ctx context.Context, kube kubernetes.Interface, opts Options, names groupsuffix.Names, log logr.Logger, ho *handoff, prop *propagation) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: opts.PodNamespace, Name: names.ClusterScopedName("activator")},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: opts.PodName},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+			ReleaseOnCancel: true, Name: names.ClusterScopedName("activator"),
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					log.Info("elected: running the endpoint hand-off and propagation controllers")
+					var wg sync.WaitGroup
+					wg.Go(func() { ho.run(ctx) })
+					wg.Go(func() { prop.run(ctx) })
+					wg.Wait()
+				},
+				OnStoppedLeading: func() { log.Info("no longer the elected replica") },
+			},
+		})
+		if err != nil {
+			log.Error(err, "leader election misconfigured; hand-off and propagation stay off")
+			return
+		}
+		le.Run(ctx)
+	}
+}
+
+func adminHandler(reg *prometheus.Registry, dp *DataPlane, src *sources, pod string, draining <-chan struct{}) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-draining:
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		default:
+		}
+		if !src.synced() {
+			http.Error(w, "routing table not synced within 3 resync periods", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET "+RoutingPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(Served{Pod: pod, Routes: dp.Served()})
+	})
+	return mux
+}
+
+func newLogger(o Options) logr.Logger {
+	level := map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel, "warn": zapcore.WarnLevel, "error": zapcore.ErrorLevel}[o.LogLevel]
+	return zap.New(zap.UseDevMode(o.LogFormat == "text"), zap.Level(level)).WithName("ebb-activator")
+}

@@ -1,0 +1,21 @@
+// Command activator benchmarks the activator's data path and prints the
+// figures of issue 5 as a markdown table, side by side in one run:
+//
+//   - warm forwarding through the activator ÷ the app served directly
+//     (wrk, c=64, keep-alive, small response), target ≥ 0.40;
+//   - a real sidecar turning ready → the first held request answered
+//     (the activator finds out by probing the sidecar's /ready), p99 ≤ 50 ms;
+//   - activator RSS while it holds 10,000 requests at once, ≤ 100 MiB;
+//   - first held request → wake signal delivered to a real holdpush server
+//     (the scaler's side of internal/holdpush), p99 ≤ 20 ms.
+//
+// The activator runs as its own process (this program re-executed in child
+// mode): the real DataPlane of package activator, with its routing table and
+// endpoints set from a file instead of informers, so its RSS excludes the
+// client-go caches of a cluster deployment.
+//
+// Run it from the module root (uses bin/ebb-sidecar and bin/ebb-test-app,
+// building them if missing, and wrk):
+//
+//	go run ./test/bench/activator [-duration 5s] [-rounds 3] [-trials 30] [-wakes 200] [-hold 10000]
+package main
