@@ -7,10 +7,15 @@ import (
 	"os/exec"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/ebb-dev/ebb/test/nodeagent"
 )
@@ -69,4 +74,20 @@ func Netns() (map[string]bool, error) {
 		}
 	}
 	return set, nil
+}
+
+// WaitReplicas waits, on a watch, until the Deployment's spec.replicas is
+// want: what KEDA or an HPA set, seen the moment it is written.
+func (c *Cluster) WaitReplicas(ctx context.Context, ns, name string, want int32, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lw := cache.NewListWatchFromClient(c.Client.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", name))
+	_, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		return ok && d.Spec.Replicas != nil && *d.Spec.Replicas == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("deployment %s/%s did not reach replicas=%d within %s: %w", ns, name, want, timeout, err)
+	}
+	return nil
 }

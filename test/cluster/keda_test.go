@@ -2,7 +2,6 @@ package cluster_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -10,15 +9,10 @@ import (
 
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 )
@@ -148,7 +142,7 @@ func TestKEDAScalesOnExternalPush(t *testing.T) {
 
 	activated := time.Now()
 	scaler.set(true)
-	if err := waitReplicas(ctx, ns, name, 1, 30*time.Second); err != nil {
+	if err := lc.WaitReplicas(ctx, ns, name, 1, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("KEDA: scaler pushed active → Deployment replicas=1 in %s", time.Since(activated).Round(time.Millisecond))
@@ -163,7 +157,7 @@ func TestKEDAScalesOnExternalPush(t *testing.T) {
 
 	deactivated := time.Now()
 	scaler.set(false)
-	if err := waitReplicas(ctx, ns, name, 0, 60*time.Second); err != nil {
+	if err := lc.WaitReplicas(ctx, ns, name, 0, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("KEDA: scaler pushed inactive → replicas=0 in %s (cooldownPeriod 3s)", time.Since(deactivated).Round(time.Millisecond))
@@ -172,19 +166,4 @@ func TestKEDAScalesOnExternalPush(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// waitReplicas waits, on a watch, for the Deployment's spec.replicas.
-func waitReplicas(ctx context.Context, ns, name string, want int32, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	lw := cache.NewListWatchFromClient(lc.Client.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", name))
-	_, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
-		d, ok := ev.Object.(*appsv1.Deployment)
-		return ok && d.Spec.Replicas != nil && *d.Spec.Replicas == want, nil
-	})
-	if err != nil {
-		return fmt.Errorf("deployment %s/%s did not reach replicas=%d within %s: %w", ns, name, want, timeout, err)
-	}
-	return nil
 }
