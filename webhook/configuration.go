@@ -1,0 +1,88 @@
+package webhook
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+)
+
+// The marker below generates config/webhook/manifests.yaml for the default
+// suffix; Configuration builds the same webhook for any suffix and adds the
+// selectors controller-gen cannot express. A test keeps the two in step.
+//
+// +kubebuilder:webhook:path=/inject-v1-pod,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=inject.ebb.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=5,matchPolicy=Equivalent
+
+// InjectPath is the URL path of the pod-injecting webhook.
+const InjectPath = "/inject-v1-pod"
+
+// MaxTimeoutSeconds bounds the webhook's timeoutSeconds: a slow webhook
+// delays every pod of every opted-in namespace.
+const MaxTimeoutSeconds = 5
+
+// ConfigurationOptions are the settings of a MutatingWebhookConfiguration
+// that the installer chooses.
+type ConfigurationOptions struct {
+	// FailurePolicy: Fail (default) refuses pods while the webhook is down;
+	// Ignore admits them without sidecar.
+	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// TimeoutSeconds, 1 to MaxTimeoutSeconds (default MaxTimeoutSeconds).
+	TimeoutSeconds int32
+	// ClientConfig reaches the webhook (Service or URL); the path is set to
+	// InjectPath when a Service is given without one.
+	ClientConfig admissionregistrationv1.WebhookClientConfig
+}
+
+// ConfigurationName is the name of the MutatingWebhookConfiguration of an
+// instance: sidecar-injector.<suffix>.
+func ConfigurationName(names groupsuffix.Names) string {
+	return names.ClusterScopedName("sidecar-injector")
+}
+
+// WebhookName is the name of the webhook in it: inject.<suffix>.
+func WebhookName(names groupsuffix.Names) string { return "inject." + names.Suffix() }
+
+// Configuration is the MutatingWebhookConfiguration of one instance: pods on
+// CREATE, only in namespaces labelled <suffix>/inject=enabled and only pods
+// labelled <suffix>/app, so no other pod ever reaches the webhook.
+func Configuration(names groupsuffix.Names, o ConfigurationOptions) *admissionregistrationv1.MutatingWebhookConfiguration {
+	fail := o.FailurePolicy
+	if fail == "" {
+		fail = admissionregistrationv1.Fail
+	}
+	timeout := o.TimeoutSeconds
+	if timeout <= 0 || timeout > MaxTimeoutSeconds {
+		timeout = MaxTimeoutSeconds
+	}
+	cc := *o.ClientConfig.DeepCopy()
+	if cc.Service != nil && cc.Service.Path == nil {
+		p := InjectPath
+		cc.Service.Path = &p
+	}
+	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
+	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
+	match := admissionregistrationv1.Equivalent
+	scope := admissionregistrationv1.NamespacedScope
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName(names)},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         WebhookName(names),
+			ClientConfig: cc,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: &scope,
+				},
+			}},
+			FailurePolicy:           &fail,
+			MatchPolicy:             &match,
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{names.InjectLabel(): groupsuffix.InjectEnabled}},
+			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: names.AppLabel(), Operator: metav1.LabelSelectorOpExists}}},
+			SideEffects:             &sideEffects,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      &reinvoke,
+		}},
+	}
+}

@@ -1,0 +1,94 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/webhook/inject"
+)
+
+func podRequest(tb testing.TB, pod *corev1.Pod, dryRun bool) admission.Request {
+	tb.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "1", Operation: admissionv1.Create, Namespace: "shop", DryRun: &dryRun,
+		Kind:   metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Object: runtime.RawExtension{Raw: raw},
+	}}
+}
+
+func barePod() *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop", Labels: map[string]string{"ebb.dev/app": "hello"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "hello:1", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		}}},
+	}
+}
+
+func newInjector() *podInjector {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	return &podInjector{cfg: inject.DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), "test"), decoder: admission.NewDecoder(scheme), log: logr.Discard()}
+}
+
+// TestHandleAnswers checks the admission answers a user sees for a pod that
+// no Deployment owns (so no AppRoute lookup is made).
+func TestHandleAnswers(t *testing.T) {
+	h := newInjector()
+	bad := barePod()
+	bad.Annotations = map[string]string{"ebb.dev/hosts": "Bad_Host"}
+	tests := []struct {
+		name string
+		req  admission.Request
+		want []any // allowed, code, patch ops > 0, warnings
+	}{
+		{"injects, warns that no route is registered", podRequest(t, barePod(), false),
+			[]any{true, int32(200), true, []string{"no Deployment manages this pod, so ebb registers no AppRoute for it (ebb scales Deployments)"}}},
+		{"dry run: injects, registers nothing, no warning", podRequest(t, barePod(), true),
+			[]any{true, int32(200), true, []string(nil)}},
+		{"refuses a bad annotation", podRequest(t, bad, false),
+			[]any{false, int32(403), false, []string(nil)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := h.Handle(context.Background(), tc.req)
+			code, msg := int32(200), ""
+			if resp.Result != nil {
+				code, msg = resp.Result.Code, resp.Result.Message
+			}
+			got := []any{resp.Allowed, code, len(resp.Patches) > 0, resp.Warnings}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("response (-want +got):\n%s\nmessage: %s", diff, msg)
+			}
+		})
+	}
+}
+
+// BenchmarkHandleBarePod measures the webhook's own work per admission:
+// decode, inject, encode, compute the JSON patch.
+func BenchmarkHandleBarePod(b *testing.B) {
+	h := newInjector()
+	req := podRequest(b, barePod(), true)
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := h.Handle(context.Background(), req); !resp.Allowed {
+			b.Fatal(resp.Result.Message)
+		}
+	}
+}

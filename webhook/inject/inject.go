@@ -1,0 +1,257 @@
+package inject
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/stats"
+)
+
+// Names the sidecar carries; the scaler finds it by ContainerName and
+// AdminPortName.
+const (
+	ContainerName = "ebb-sidecar"
+	AdminPortName = "ebb-admin"
+	// RenamedAppPortName replaces the app port's name in the app container,
+	// so a Service's named targetPort lands on the sidecar instead.
+	RenamedAppPortName = "ebb-app"
+	// UnnamedDataPortName names the sidecar's data port when the app port
+	// had no name.
+	UnnamedDataPortName = "http"
+	// SidecarUID is the user the sidecar runs as (distroless "nonroot").
+	SidecarUID = 65532
+)
+
+// Environment variables the sidecar reads.
+const (
+	EnvListen       = "EBB_LISTEN"
+	EnvUpstream     = "EBB_UPSTREAM"
+	EnvAdminListen  = "EBB_ADMIN_LISTEN"
+	EnvDrainTimeout = "EBB_DRAIN_TIMEOUT"
+	EnvPodName      = "POD_NAME"
+	EnvPodNamespace = "POD_NAMESPACE"
+	EnvPodIP        = "POD_IP"
+)
+
+// Config is what the webhook was started with: the instance's names and how
+// the sidecar looks.
+type Config struct {
+	Names           groupsuffix.Names
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	Resources       corev1.ResourceRequirements
+	// ListenPort and AdminPort are the sidecar's data and admin ports.
+	ListenPort, AdminPort int32
+	// DrainTimeout is EBB_DRAIN_TIMEOUT unless the pod's annotation sets it.
+	DrainTimeout time.Duration
+}
+
+// DefaultImageRepository is the sidecar image without tag.
+const DefaultImageRepository = "ghcr.io/ebb-dev/ebb-sidecar"
+
+// DefaultConfig is the sidecar of an instance named by names, image tag
+// version.
+func DefaultConfig(names groupsuffix.Names, version string) Config {
+	return Config{
+		Names:           names,
+		Image:           DefaultImageRepository + ":" + version,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("25m"),
+				corev1.ResourceMemory: resource.MustParse("32Mi"),
+			},
+			Limits: corev1.ResourceList{
+				corev1.ResourceMemory: resource.MustParse("128Mi"),
+			},
+		},
+		ListenPort:   stats.DefaultListenPort,
+		AdminPort:    stats.DefaultAdminPort,
+		DrainTimeout: 20 * time.Second,
+	}
+}
+
+// Inject returns a copy of pod with the ebb sidecar added, the warnings to
+// show the user, or a *RefusalError naming what is wrong. pod is not
+// modified. A pod that already has a container named ContainerName is
+// returned unchanged: silently when this instance injected it (so injecting
+// twice changes nothing), with a warning otherwise.
+func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
+	out := pod.DeepCopy()
+	if hasSidecar(&out.Spec) {
+		if _, ours := out.Annotations[cfg.Names.SidecarAnnotation()]; ours {
+			return out, nil, nil
+		}
+		return out, []string{fmt.Sprintf("pod already has a container named %q (from another ebb instance?); %s leaves it alone and registers no route", ContainerName, cfg.Names.Suffix())}, nil
+	}
+	app, err := ParseApp(&out.ObjectMeta, &out.Spec, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var warnings []string
+
+	dataPortName := app.PortName
+	if dataPortName == "" {
+		dataPortName = UnnamedDataPortName
+		if portNameUsed(&out.Spec, dataPortName) {
+			dataPortName = "ebb-http"
+		}
+		warnings = append(warnings, fmt.Sprintf("the app port %d has no name: a Service reaches the sidecar only with targetPort: %s (a targetPort by number bypasses it and ebb cannot count requests)", app.Port, dataPortName))
+	}
+
+	for i := range out.Spec.Containers {
+		c := &out.Spec.Containers[i]
+		if c.Name != app.Container {
+			continue
+		}
+		if app.PortName != "" {
+			for j := range c.Ports {
+				if c.Ports[j].Name == app.PortName {
+					c.Ports[j].Name = RenamedAppPortName
+				}
+			}
+			rewriteProbes(c, app.PortName, app.Port)
+		}
+	}
+
+	drain := cfg.DrainTimeout
+	if app.DrainTimeout > 0 {
+		drain = app.DrainTimeout
+	}
+	if g := out.Spec.TerminationGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second <= drain {
+		warnings = append(warnings, fmt.Sprintf("terminationGracePeriodSeconds (%ds) is not longer than the sidecar's drain timeout (%s): requests may be cut off on shutdown", *g, drain))
+	}
+
+	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecar(cfg, dataPortName, app.Port, drain))
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[cfg.Names.SidecarAnnotation()] = cfg.Image
+	return out, warnings, nil
+}
+
+// HasSidecar reports whether pod spec holds a container named ContainerName,
+// whoever injected it.
+func HasSidecar(spec *corev1.PodSpec) bool { return hasSidecar(spec) }
+
+func hasSidecar(spec *corev1.PodSpec) bool {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			if c.Name == ContainerName {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func portNameUsed(spec *corev1.PodSpec, name string) bool {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			for _, p := range c.Ports {
+				if p.Name == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// rewriteProbes points every kubelet probe and lifecycle hook of c that used
+// the app port by name at its number, so it reaches the app directly and is
+// neither counted nor able to wake the app.
+func rewriteProbes(c *corev1.Container, name string, number int32) {
+	fix := func(p *intstr.IntOrString) {
+		if p.Type == intstr.String && p.StrVal == name {
+			*p = intstr.FromInt32(number)
+		}
+	}
+	handler := func(h *corev1.ProbeHandler) {
+		if h.HTTPGet != nil {
+			fix(&h.HTTPGet.Port)
+		}
+		if h.TCPSocket != nil {
+			fix(&h.TCPSocket.Port)
+		}
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		if p != nil {
+			handler(&p.ProbeHandler)
+		}
+	}
+	if c.Lifecycle != nil {
+		for _, h := range []*corev1.LifecycleHandler{c.Lifecycle.PostStart, c.Lifecycle.PreStop} {
+			if h == nil {
+				continue
+			}
+			if h.HTTPGet != nil {
+				fix(&h.HTTPGet.Port)
+			}
+			if h.TCPSocket != nil {
+				fix(&h.TCPSocket.Port)
+			}
+		}
+	}
+}
+
+func sidecar(cfg Config, dataPortName string, appPort int32, drain time.Duration) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	fieldEnv := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}}
+	}
+	return corev1.Container{
+		Name:            ContainerName,
+		Image:           cfg.Image,
+		ImagePullPolicy: cfg.ImagePullPolicy,
+		RestartPolicy:   &always,
+		Ports: []corev1.ContainerPort{
+			{Name: dataPortName, ContainerPort: cfg.ListenPort, Protocol: corev1.ProtocolTCP},
+			{Name: AdminPortName, ContainerPort: cfg.AdminPort, Protocol: corev1.ProtocolTCP},
+		},
+		Env: []corev1.EnvVar{
+			{Name: EnvListen, Value: ":" + strconv.Itoa(int(cfg.ListenPort))},
+			{Name: EnvUpstream, Value: "127.0.0.1:" + strconv.Itoa(int(appPort))},
+			{Name: EnvAdminListen, Value: ":" + strconv.Itoa(int(cfg.AdminPort))},
+			{Name: EnvDrainTimeout, Value: drain.String()},
+			fieldEnv(EnvPodName, "metadata.name"),
+			fieldEnv(EnvPodNamespace, "metadata.namespace"),
+			fieldEnv(EnvPodIP, "status.podIP"),
+		},
+		Resources: *cfg.Resources.DeepCopy(),
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: stats.ReadyPath, Port: intstr.FromString(AdminPortName), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   1,
+			SuccessThreshold: 1,
+			FailureThreshold: 3,
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext:          RestrictedSecurityContext(),
+	}
+}
+
+// RestrictedSecurityContext passes Pod Security "restricted" on its own,
+// whatever the pod-level context says.
+func RestrictedSecurityContext() *corev1.SecurityContext {
+	t, f := true, false
+	uid := int64(SidecarUID)
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: &f,
+		Privileged:               &f,
+		ReadOnlyRootFilesystem:   &t,
+		RunAsNonRoot:             &t,
+		RunAsUser:                &uid,
+		RunAsGroup:               &uid,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}

@@ -1,0 +1,340 @@
+package inject
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+)
+
+var testCfg = DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), "v1.2.3")
+
+// appPod is a minimal opted-in pod: one container with one named port and a
+// readiness probe on that name.
+func appPod(mods ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "hello-1", Namespace: "shop",
+			Labels:      map[string]string{"ebb.dev/app": "hello"},
+			Annotations: map[string]string{"ebb.dev/hosts": "hello.example.com"},
+		},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  "app",
+			Image: "hello:1",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")},
+			}},
+		}}},
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+// wantSidecar is the sidecar Inject adds to appPod.
+func wantSidecar(mods ...func(*corev1.Container)) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	c := corev1.Container{
+		Name:            "ebb-sidecar",
+		Image:           "ghcr.io/ebb-dev/ebb-sidecar:v1.2.3",
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		RestartPolicy:   &always,
+		Ports: []corev1.ContainerPort{
+			{Name: "http", ContainerPort: 8012, Protocol: corev1.ProtocolTCP},
+			{Name: "ebb-admin", ContainerPort: 8022, Protocol: corev1.ProtocolTCP},
+		},
+		Env: []corev1.EnvVar{
+			{Name: "EBB_LISTEN", Value: ":8012"},
+			{Name: "EBB_UPSTREAM", Value: "127.0.0.1:8080"},
+			{Name: "EBB_ADMIN_LISTEN", Value: ":8022"},
+			{Name: "EBB_DRAIN_TIMEOUT", Value: "20s"},
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}},
+		},
+		Resources: testCfg.Resources,
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/ready", Port: intstr.FromString("ebb-admin"), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext:          RestrictedSecurityContext(),
+	}
+	for _, m := range mods {
+		m(&c)
+	}
+	return c
+}
+
+// injected is appPod after Inject, modified by mods.
+func injected(mods ...func(*corev1.Pod)) *corev1.Pod {
+	p := appPod()
+	p.Annotations["ebb.dev/sidecar"] = "ghcr.io/ebb-dev/ebb-sidecar:v1.2.3"
+	p.Spec.Containers[0].Ports[0].Name = "ebb-app"
+	p.Spec.Containers[0].ReadinessProbe.HTTPGet.Port = intstr.FromInt32(8080)
+	p.Spec.InitContainers = []corev1.Container{wantSidecar()}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func TestInject(t *testing.T) {
+	tests := []struct {
+		name         string
+		pod          *corev1.Pod
+		cfg          func(*Config)
+		want         *corev1.Pod
+		wantWarnings []string
+	}{{
+		name: "named port and probe on it",
+		pod:  appPod(),
+		want: injected(),
+	}, {
+		name: "port annotation by number picks the port among several",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/port"] = "8080"
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "metrics", ContainerPort: 9090})
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/port"] = "8080"
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "metrics", ContainerPort: 9090})
+		}),
+	}, {
+		name: "port annotation by name in the second container",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/port"] = "web"
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "web", Ports: []corev1.ContainerPort{{Name: "web", ContainerPort: 3000}},
+				LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("web")}}}})
+		}),
+		want: func() *corev1.Pod {
+			p := appPod(func(p *corev1.Pod) {
+				p.Annotations["ebb.dev/port"] = "web"
+				p.Annotations["ebb.dev/sidecar"] = "ghcr.io/ebb-dev/ebb-sidecar:v1.2.3"
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "web", Ports: []corev1.ContainerPort{{Name: "ebb-app", ContainerPort: 3000}},
+					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(3000)}}}})
+				p.Spec.InitContainers = []corev1.Container{wantSidecar(func(c *corev1.Container) {
+					c.Ports[0].Name = "web"
+					c.Env[1].Value = "127.0.0.1:3000"
+				})}
+			})
+			return p
+		}(),
+	}, {
+		name: "probes by number, exec probes and lifecycle hooks",
+		pod: appPod(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+			c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/quit", Port: intstr.FromString("http")}}}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+			c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/quit", Port: intstr.FromInt32(8080)}}}
+		}),
+	}, {
+		name: "unnamed port: sidecar port named http, with a warning",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports[0].Name = ""
+			p.Spec.Containers[0].ReadinessProbe = nil
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports[0].Name = ""
+			p.Spec.Containers[0].ReadinessProbe = nil
+		}),
+		wantWarnings: []string{"the app port 8080 has no name: a Service reaches the sidecar only with targetPort: http (a targetPort by number bypasses it and ebb cannot count requests)"},
+	}, {
+		name: "existing init containers run first, pod security context kept",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "migrate:1"}}
+			root := int64(0)
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &root}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "migrate:1"}, wantSidecar()}
+			root := int64(0)
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &root}
+		}),
+	}, {
+		name: "drain timeout annotation and a short grace period",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/drain-timeout"] = "45s"
+			g := int64(30)
+			p.Spec.TerminationGracePeriodSeconds = &g
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/drain-timeout"] = "45s"
+			g := int64(30)
+			p.Spec.TerminationGracePeriodSeconds = &g
+			p.Spec.InitContainers[0].Env[3].Value = "45s"
+		}),
+		wantWarnings: []string{"terminationGracePeriodSeconds (30s) is not longer than the sidecar's drain timeout (45s): requests may be cut off on shutdown"},
+	}, {
+		name: "configured image, ports and suffix",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Labels = map[string]string{"team1.example.com/app": "hello"}
+			p.Annotations = nil
+		}),
+		cfg: func(c *Config) {
+			c.Names = groupsuffix.MustNew("team1.example.com")
+			c.Image = "registry.local/ebb-sidecar:dev"
+			c.ListenPort, c.AdminPort = 9012, 9022
+			c.DrainTimeout = 5 * time.Second
+		},
+		want: injected(func(p *corev1.Pod) {
+			p.Labels = map[string]string{"team1.example.com/app": "hello"}
+			p.Annotations = map[string]string{"team1.example.com/sidecar": "registry.local/ebb-sidecar:dev"}
+			s := &p.Spec.InitContainers[0]
+			s.Image = "registry.local/ebb-sidecar:dev"
+			s.Ports[0].ContainerPort, s.Ports[1].ContainerPort = 9012, 9022
+			s.Env[0].Value, s.Env[2].Value, s.Env[3].Value = ":9012", ":9022", "5s"
+		}),
+	}, {
+		name: "sidecar of this instance: unchanged, silent",
+		pod:  injected(),
+		want: injected(),
+	}, {
+		name: "sidecar of another instance: unchanged, warned",
+		pod: injected(func(p *corev1.Pod) {
+			delete(p.Annotations, "ebb.dev/sidecar")
+			p.Annotations["team1.example.com/sidecar"] = "x"
+		}),
+		want: injected(func(p *corev1.Pod) {
+			delete(p.Annotations, "ebb.dev/sidecar")
+			p.Annotations["team1.example.com/sidecar"] = "x"
+		}),
+		wantWarnings: []string{`pod already has a container named "ebb-sidecar" (from another ebb instance?); ebb.dev leaves it alone and registers no route`},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testCfg
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			before := tc.pod.DeepCopy()
+			got, warnings, err := Inject(tc.pod, cfg)
+			if err != nil {
+				t.Fatalf("Inject: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("pod (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantWarnings, warnings); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, tc.pod); diff != "" {
+				t.Errorf("Inject modified its input (-before +after):\n%s", diff)
+			}
+			again, warnings2, err := Inject(got, cfg)
+			if err != nil {
+				t.Fatalf("second Inject: %v", err)
+			}
+			if diff := cmp.Diff(got, again); diff != "" {
+				t.Errorf("second Inject changed the pod (-first +second):\n%s", diff)
+			}
+			if tc.wantWarnings == nil && warnings2 != nil {
+				t.Errorf("second Inject warned: %q", warnings2)
+			}
+		})
+	}
+}
+
+func TestInjectRefuses(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want []string // each must appear in the message
+	}{{
+		name: "bad host",
+		pod:  appPod(func(p *corev1.Pod) { p.Annotations["ebb.dev/hosts"] = "ok.example.com, Bad_Host" }),
+		want: []string{`annotation ebb.dev/hosts="ok.example.com, Bad_Host": host "Bad_Host" is not a lowercase DNS name; fix: list lowercase DNS names`},
+	}, {
+		name: "wildcard in the middle and top-level wildcard",
+		pod:  appPod(func(p *corev1.Pod) { p.Annotations["ebb.dev/hosts"] = "a.*.example.com,*.com" }),
+		want: []string{`host "a.*.example.com": only a leading "*." wildcard is allowed`, `wildcard "*.com" covers a whole top-level domain`},
+	}, {
+		name: "unknown port",
+		pod:  appPod(func(p *corev1.Pod) { p.Annotations["ebb.dev/port"] = "grpc" }),
+		want: []string{`annotation ebb.dev/port="grpc": no container of the pod declares this port; fix: add it to the app container's ports, or set the annotation to one of http (8080 in app)`},
+	}, {
+		name: "several ports, no annotation",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: 9090})
+		}),
+		want: []string{`annotation ebb.dev/port: the pod declares 2 container ports (http (8080 in app), 9090 (in app)), so ebb cannot tell the app's; fix: set ebb.dev/port to the app's port name or number`},
+	}, {
+		name: "no port at all",
+		pod:  appPod(func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil }),
+		want: []string{`the pod declares no container port and the annotation is not set`},
+	}, {
+		name: "port conflicting with the sidecar",
+		pod:  appPod(func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].ContainerPort = 8022 }),
+		want: []string{`container "app" declares port 8022, which the ebb sidecar listens on; fix: move the container off ports 8012 and 8022`},
+	}, {
+		name: "UDP app port",
+		pod:  appPod(func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP }),
+		want: []string{`the app port 8080 is UDP; the sidecar proxies TCP (HTTP) only`},
+	}, {
+		name: "bad app name, paths, timeouts and queue size all reported at once",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Labels["ebb.dev/app"] = "Hello"
+			p.Annotations["ebb.dev/paths"] = "api"
+			p.Annotations["ebb.dev/queue-size"] = "-1"
+			p.Annotations["ebb.dev/cold-start-timeout"] = "forever"
+			p.Annotations["ebb.dev/drain-timeout"] = "1h"
+			p.Annotations["ebb.dev/service"] = "Web_Svc"
+		}),
+		want: []string{`label ebb.dev/app="Hello"`, `annotation ebb.dev/paths="api"`, `annotation ebb.dev/queue-size="-1"`,
+			`annotation ebb.dev/cold-start-timeout="forever"`, `annotation ebb.dev/drain-timeout="1h"`, `annotation ebb.dev/service="Web_Svc"`},
+	}, {
+		name: "host network",
+		pod:  appPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+		want: []string{`the pod uses hostNetwork`},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, err := Inject(tc.pod, testCfg)
+			var refusal *RefusalError
+			if !errors.As(err, &refusal) {
+				t.Fatalf("Inject = %v, %v; want a *RefusalError", got, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q\nlacks %q", err.Error(), w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseApp(t *testing.T) {
+	p := appPod(func(p *corev1.Pod) {
+		p.Annotations["ebb.dev/hosts"] = " hello.example.com ,*.hello.example.com,hello.example.com,"
+		p.Annotations["ebb.dev/paths"] = "/api, /static"
+		p.Annotations["ebb.dev/queue-size"] = "500"
+		p.Annotations["ebb.dev/cold-start-timeout"] = "90s"
+		p.Annotations["ebb.dev/service"] = "hello"
+	})
+	got, err := ParseApp(&p.ObjectMeta, &p.Spec, testCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := App{Name: "hello", Hosts: []string{"hello.example.com", "*.hello.example.com"}, PathPrefixes: []string{"/api", "/static"},
+		Container: "app", Port: 8080, PortName: "http", Service: "hello", QueueSize: 500, ColdStartTimeout: 90 * time.Second}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseApp (-want +got):\n%s", diff)
+	}
+}

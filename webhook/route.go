@@ -1,0 +1,254 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/webhook/inject"
+)
+
+// FieldManager is the server-side-apply field manager of everything the
+// webhook writes.
+const FieldManager = "ebb-webhook"
+
+// routes derives AppRoutes from Deployments and applies them; the admission
+// handler and the AppRoute controller share it so they always agree.
+type routes struct {
+	names  groupsuffix.Names
+	cfg    inject.Config
+	client client.Client // reads from the manager's cache
+	reader client.Reader // reads from the API server, for cache misses
+}
+
+// deploymentOf resolves pod → ReplicaSet → Deployment through controller
+// owner references. It returns nil when no Deployment manages the pod.
+func (r *routes) deploymentOf(ctx context.Context, pod *corev1.Pod) (*appsv1.Deployment, error) {
+	rsRef := metav1.GetControllerOf(pod)
+	if rsRef == nil || rsRef.Kind != "ReplicaSet" || rsRef.APIVersion != "apps/v1" {
+		return nil, nil
+	}
+	var rs appsv1.ReplicaSet
+	if err := r.get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: rsRef.Name}, &rs); err != nil {
+		return nil, fmt.Errorf("get ReplicaSet %s/%s: %w", pod.Namespace, rsRef.Name, err)
+	}
+	if rs.UID != rsRef.UID {
+		return nil, fmt.Errorf("ReplicaSet %s/%s: uid %s, the pod names %s", pod.Namespace, rsRef.Name, rs.UID, rsRef.UID)
+	}
+	dRef := metav1.GetControllerOf(&rs)
+	if dRef == nil || dRef.Kind != "Deployment" || dRef.APIVersion != "apps/v1" {
+		return nil, nil
+	}
+	var d appsv1.Deployment
+	if err := r.get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: dRef.Name}, &d); err != nil {
+		return nil, fmt.Errorf("get Deployment %s/%s: %w", pod.Namespace, dRef.Name, err)
+	}
+	if d.UID != dRef.UID {
+		return nil, fmt.Errorf("deployment %s/%s: uid %s, the ReplicaSet names %s", pod.Namespace, dRef.Name, d.UID, dRef.UID)
+	}
+	return &d, nil
+}
+
+// get reads from the cache and falls back to the API server: a ReplicaSet
+// made a moment ago may not be in the cache yet.
+func (r *routes) get(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	err := r.client.Get(ctx, key, obj, client.UnsafeDisableDeepCopy) // read only
+	if apierrors.IsNotFound(err) {
+		err = r.reader.Get(ctx, key, obj)
+	}
+	return err
+}
+
+// desired is the AppRoute of d's pod template, with the Service it found
+// (nil if none).
+func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1alpha1.AppRoute, inject.App, *corev1.Service, error) {
+	app, err := inject.ParseApp(&d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec, r.cfg)
+	if err != nil {
+		return nil, inject.App{}, nil, err
+	}
+	svc, port, err := r.findService(ctx, d.Namespace, d.Spec.Template.Labels, app)
+	if err != nil {
+		return nil, app, nil, err
+	}
+	t := true
+	route := &routingv1alpha1.AppRoute{
+		TypeMeta: metav1.TypeMeta{APIVersion: routingv1alpha1.GroupVersion(r.names.Group()).String(), Kind: routingv1alpha1.Kind},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: app.Name, Namespace: d.Namespace,
+			Labels: map[string]string{r.names.AppLabel(): app.Name},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: &t,
+			}},
+		},
+		Spec: routingv1alpha1.AppRouteSpec{
+			Hosts:          app.Hosts,
+			PathPrefixes:   app.PathPrefixes,
+			ScaleTargetRef: routingv1alpha1.ScaleTargetReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name},
+			AppPort:        app.Port,
+			AppPortName:    app.PortName,
+			QueueSize:      app.QueueSize,
+		},
+	}
+	if app.ColdStartTimeout > 0 {
+		route.Spec.ColdStartTimeout = &metav1.Duration{Duration: app.ColdStartTimeout}
+	}
+	if svc != nil {
+		route.Spec.Service = routingv1alpha1.ServiceReference{Name: svc.Name, Port: port}
+	}
+	return route, app, svc, nil
+}
+
+// findService picks the Service of the app: the one the annotation names,
+// else the one whose selector matches the pod labels (preferring one that
+// reaches the sidecar, then by name). It returns nil when there is none.
+func (r *routes) findService(ctx context.Context, ns string, podLabels map[string]string, app inject.App) (*corev1.Service, int32, error) {
+	if app.Service != "" {
+		var svc corev1.Service
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: app.Service}, &svc, client.UnsafeDisableDeepCopy)
+		if apierrors.IsNotFound(err) {
+			return nil, 0, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("get Service %s/%s: %w", ns, app.Service, err)
+		}
+		return svc.DeepCopy(), reach(&svc, app, r.cfg).port, nil
+	}
+	var list corev1.ServiceList
+	if err := r.client.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil { // read only
+		return nil, 0, fmt.Errorf("list Services in %s: %w", ns, err)
+	}
+	var matches []*corev1.Service
+	for i := range list.Items {
+		s := &list.Items[i]
+		if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(podLabels)) {
+			matches = append(matches, s)
+		}
+	}
+	if len(matches) == 0 {
+		return nil, 0, nil
+	}
+	sort.Slice(matches, func(i, j int) bool {
+		ri, rj := reach(matches[i], app, r.cfg).ok, reach(matches[j], app, r.cfg).ok
+		if ri != rj {
+			return ri
+		}
+		return matches[i].Name < matches[j].Name
+	})
+	return matches[0].DeepCopy(), reach(matches[0], app, r.cfg).port, nil
+}
+
+// reachability says whether a Service's traffic lands on the sidecar.
+type reachability struct {
+	ok      bool
+	port    int32 // the Service port carrying the app's traffic
+	reason  string
+	message string
+}
+
+// reach checks the Service's ports: a targetPort naming the sidecar's data
+// port (the app port's original name) or its number reaches the sidecar; a
+// targetPort of the app's number bypasses it.
+func reach(svc *corev1.Service, app inject.App, cfg inject.Config) reachability {
+	dataName := app.PortName
+	if dataName == "" {
+		dataName = inject.UnnamedDataPortName
+	}
+	var bypass *corev1.ServicePort
+	for i := range svc.Spec.Ports {
+		p := &svc.Spec.Ports[i]
+		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		tp := p.TargetPort
+		if tp.Type == intstr.Int && tp.IntVal == 0 {
+			tp = intstr.FromInt32(p.Port)
+		}
+		switch {
+		case tp.Type == intstr.String && tp.StrVal == dataName, tp.Type == intstr.Int && tp.IntVal == cfg.ListenPort:
+			return reachability{ok: true, port: p.Port, reason: "TargetsSidecar",
+				message: fmt.Sprintf("Service %s port %d targets the sidecar (%s)", svc.Name, p.Port, tp.String())}
+		case tp.Type == intstr.Int && tp.IntVal == app.Port && bypass == nil:
+			bypass = p
+		}
+	}
+	if bypass != nil {
+		return reachability{port: bypass.Port, reason: "TargetsAppPortByNumber",
+			message: fmt.Sprintf("Service %s port %d targets the app's port %d by number, which bypasses the sidecar so requests are not counted; set targetPort: %s", svc.Name, bypass.Port, app.Port, dataName)}
+	}
+	return reachability{reason: "NoPortToSidecar",
+		message: fmt.Sprintf("Service %s has no TCP port targeting %q or %d", svc.Name, dataName, cfg.ListenPort)}
+}
+
+// apply writes want's labels, owner and spec by server-side apply, unless
+// the cached AppRoute already has them. It returns the Deployment the route
+// pointed at before when that was another one (two Deployments with one app
+// name: the last one admitted wins).
+func (r *routes) apply(ctx context.Context, want *routingv1alpha1.AppRoute) (string, error) {
+	var have routingv1alpha1.AppRoute
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(want), &have, client.UnsafeDisableDeepCopy) // read only
+	switch {
+	case err == nil && upToDate(&have, want):
+		routeApplies.WithLabelValues("unchanged").Inc()
+		return "", nil
+	case err != nil && !apierrors.IsNotFound(err):
+		routeApplies.WithLabelValues("failed").Inc()
+		return "", fmt.Errorf("get AppRoute %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	previous := ""
+	if err == nil && have.Spec.ScaleTargetRef.Name != want.Spec.ScaleTargetRef.Name {
+		previous = have.Spec.ScaleTargetRef.Name
+	}
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": want.APIVersion,
+		"kind":       want.Kind,
+		"metadata": map[string]any{
+			"name": want.Name, "namespace": want.Namespace,
+			"labels": want.Labels, "ownerReferences": want.OwnerReferences,
+		},
+		"spec": want.Spec,
+	})
+	if err != nil {
+		return "", fmt.Errorf("encode AppRoute %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	out := &routingv1alpha1.AppRoute{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}}
+	if err := r.client.Patch(ctx, out, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		routeApplies.WithLabelValues("failed").Inc()
+		return "", fmt.Errorf("apply AppRoute %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	routeApplies.WithLabelValues("applied").Inc()
+	return previous, nil
+}
+
+func upToDate(have, want *routingv1alpha1.AppRoute) bool {
+	if !equality.Semantic.DeepEqual(have.Spec, want.Spec) {
+		return false
+	}
+	for k, v := range want.Labels {
+		if have.Labels[k] != v {
+			return false
+		}
+	}
+	for _, w := range want.OwnerReferences {
+		found := false
+		for _, h := range have.OwnerReferences {
+			found = found || (h.UID == w.UID && h.Controller != nil && *h.Controller)
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,215 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/webhook/selfsigned"
+)
+
+// Run serves the admission webhook and runs the AppRoute controller until
+// ctx is done. It validates opts first.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("invalid options:\n%w", err)
+	}
+	names := groupsuffix.MustNew(opts.APIGroupSuffix) // checked by Validate
+	log := newLogger(opts).WithValues("suffix", names.Suffix())
+	ctrl.SetLogger(log)
+
+	restCfg, err := restConfig(opts)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("build scheme: %w", err)
+	}
+	if err := routingv1alpha1.AddToScheme(scheme, names.Group()); err != nil {
+		return fmt.Errorf("build scheme: %w", err)
+	}
+
+	if opts.TLSMode == TLSSelfSigned {
+		if err := ensureSelfSigned(ctx, restCfg, scheme, names, opts); err != nil {
+			return err
+		}
+	}
+
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:        opts.HealthAddr,
+		PprofBindAddress:              opts.PprofAddr,
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              names.ClusterScopedName("ebb-webhook"),
+		LeaderElectionNamespace:       opts.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer: crwebhook.NewServer(crwebhook.Options{
+			Host: opts.WebhookHost, Port: opts.WebhookPort,
+			CertDir: opts.CertDir, CertName: opts.CertName, KeyName: opts.KeyName,
+		}),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the ReplicaSets of opted-in apps: they carry the pod
+			// template's labels.
+			&appsv1.ReplicaSet{}: {Label: mustSelector(names.AppLabel(), selection.Exists)},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), reader: mgr.GetAPIReader()}
+	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
+		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme), routes: rts, log: log.WithName("inject")},
+	})
+	rec := &routeReconciler{routes: rts, recorder: mgr.GetEventRecorder("ebb-webhook"), log: log.WithName("approute")}
+	if err := rec.setup(mgr); err != nil {
+		return fmt.Errorf("set up AppRoute controller: %w", err)
+	}
+	// Start the ReplicaSet informer with the others instead of at the first
+	// admission, which would then wait for a full list.
+	if _, err := mgr.GetCache().GetInformer(ctx, &appsv1.ReplicaSet{}); err != nil {
+		return fmt.Errorf("ReplicaSet informer: %w", err)
+	}
+	if opts.TLSMode == TLSSelfSigned {
+		if err := mgr.Add(&certRenewer{restCfg: restCfg, scheme: scheme, names: names, opts: opts, log: log.WithName("tls")}); err != nil {
+			return fmt.Errorf("add certificate renewer: %w", err)
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("cache", func(req *http.Request) error {
+		wctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(wctx) {
+			return fmt.Errorf("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+
+	log.Info("starting", "webhookPort", opts.WebhookPort, "tlsMode", opts.TLSMode, "sidecarImage", rts.cfg.Image)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}
+
+func newLogger(opts Options) logr.Logger {
+	level := zapcore.InfoLevel
+	if opts.LogLevel == "debug" {
+		level = zapcore.DebugLevel
+	}
+	enc := zap.JSONEncoder()
+	if opts.LogFormat == "console" {
+		enc = zap.ConsoleEncoder()
+	}
+	return zap.New(enc, zap.Level(level))
+}
+
+func restConfig(opts Options) (*rest.Config, error) {
+	if opts.RESTConfig != nil {
+		return rest.CopyConfig(opts.RESTConfig), nil
+	}
+	if opts.Kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig %s: %w", opts.Kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load cluster config: %w", err)
+	}
+	return cfg, nil
+}
+
+func mustSelector(key string, op selection.Operator) labels.Selector {
+	req, err := labels.NewRequirement(key, op, nil)
+	if err != nil {
+		panic(err) // key comes from groupsuffix.Names and is valid
+	}
+	return labels.NewSelector().Add(*req)
+}
+
+func selfSignedOptions(names groupsuffix.Names, opts Options) selfsigned.Options {
+	return selfsigned.Options{
+		Namespace: opts.Namespace, SecretName: opts.SecretName,
+		CommonName: "ebb-webhook-ca." + names.Suffix(),
+		Hosts:      append(selfsigned.ServiceHosts(opts.ServiceName, opts.Namespace), opts.ExtraSANs...),
+		CertDir:    opts.CertDir, CertName: opts.CertName, KeyName: opts.KeyName,
+		WebhookConfiguration: ConfigurationName(names),
+	}
+}
+
+func ensureSelfSigned(ctx context.Context, restCfg *rest.Config, scheme *runtime.Scheme, names groupsuffix.Names, opts Options) error {
+	c, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	notAfter, err := selfsigned.Ensure(ctx, c, selfSignedOptions(names, opts))
+	if err != nil {
+		return fmt.Errorf("self-signed certificate: %w", err)
+	}
+	certExpiry.Set(float64(notAfter.Unix()))
+	return nil
+}
+
+// certRenewer re-checks the self-signed certificate and the caBundle every
+// CertCheckInterval, in every replica (each serves with its own files).
+type certRenewer struct {
+	restCfg *rest.Config
+	scheme  *runtime.Scheme
+	names   groupsuffix.Names
+	opts    Options
+	log     logr.Logger
+}
+
+var _ manager.LeaderElectionRunnable = (*certRenewer)(nil)
+
+func (r *certRenewer) NeedLeaderElection() bool { return false }
+
+func (r *certRenewer) Start(ctx context.Context) error {
+	t := time.NewTicker(r.opts.CertCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := ensureSelfSigned(ctx, r.restCfg, r.scheme, r.names, r.opts); err != nil {
+				r.log.Error(err, "check self-signed certificate; retrying at the next interval")
+			}
+		}
+	}
+}
