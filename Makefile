@@ -54,7 +54,7 @@ lint: $(DEV_BINS) ## gofmt, go vet and staticcheck.
 
 .PHONY: manifests
 manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests into config/ from Go markers.
-	$(BIN)/controller-gen crd rbac:roleName=ebb-webhook webhook paths=./internal/apis/... paths=./webhook/... \
+	$(BIN)/controller-gen object crd:crdVersions=v1 rbac:roleName=ebb-webhook webhook paths=./internal/apis/... paths=./webhook/... \
 		output:crd:artifacts:config=config/crd output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 ##@ Tools (cached in bin/)
