@@ -20,6 +20,8 @@ KUBE_BINS  := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-p
 DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck
 DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip
 TEST_FLAGS ?= -count=1 -timeout 80m
+# Modules whose CRDs the chart tests apply (cert-manager, ServiceMonitor).
+CRD_MODULES := github.com/cert-manager/cert-manager@v1.21.2 github.com/prometheus-operator/prometheus-operator@v0.85.0
 
 ##@ Everyday
 
@@ -62,6 +64,7 @@ manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests in
 .PHONY: tools
 tools: debs $(KUBE_BINS) $(BIN)/keda-operator $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
 	@$(GO) mod download
+	@$(GO) mod download $(CRD_MODULES)
 
 .PHONY: debs
 debs: ## Install the Debian packages the local cluster and benchmarks use.
