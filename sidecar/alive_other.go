@@ -1,0 +1,9 @@
+//go:build !unix
+
+package sidecar
+
+import "net"
+
+// alive cannot peek without blocking here; a dead connection is found by the
+// retry of body-less requests instead.
+func alive(*net.TCPConn) bool { return true }

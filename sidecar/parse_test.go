@@ -1,0 +1,124 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func parseHead(raw string, maxHeader int) (*clientConn, request, int, error) {
+	o := DefaultOptions()
+	o.MaxHeaderBytes = maxHeader
+	cc := &clientConn{p: &proxy{opts: o}, br: bufio.NewReaderSize(strings.NewReader(raw), clientBufSize), ip: []byte("10.0.0.9")}
+	var rq request
+	code, err := cc.readRequest(&rq)
+	return cc, rq, code, err
+}
+
+func TestReadRequestRewritesHead(t *testing.T) {
+	cc, rq, _, err := parseHead("\r\nPOST /p?q=1 HTTP/1.1\r\nHost: h\r\nconnection: Upgrade, close\r\nUpgrade: websocket\r\n"+
+		"Content-Length: 3\r\nUser-Agent: kube-probe/1.30\r\nKeep-Alive: 5\r\n\r\nabc", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "POST /p?q=1 HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nContent-Length: 3\r\nUser-Agent: kube-probe/1.30\r\n" +
+		"X-Forwarded-For: 10.0.0.9\r\nConnection: Upgrade\r\n\r\n"
+	if diff := cmp.Diff(want, string(cc.out)); diff != "" {
+		t.Errorf("head for the app (-want +got):\n%s", diff)
+	}
+	wantRq := request{host: true, upgrade: true, hasUpgrade: true, closeAfter: true, probe: true, cl: 3}
+	if diff := cmp.Diff(wantRq, rq, cmp.AllowUnexported(request{})); diff != "" {
+		t.Errorf("request (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadRequestLongLines(t *testing.T) {
+	// A header line longer than the read buffer is fine within the limit.
+	long := strings.Repeat("c", 3*clientBufSize)
+	cc, _, _, err := parseHead("GET / HTTP/1.1\r\nHost: h\r\nCookie: "+long+"\r\n\r\n", 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(cc.out, []byte("Cookie: "+long+"\r\n")) {
+		t.Error("long header line not forwarded whole")
+	}
+	if _, _, code, _ := parseHead("GET / HTTP/1.1\r\nHost: h\r\nCookie: "+long+"\r\n\r\n", 8<<10); code != 431 {
+		t.Errorf("over the limit: code %d, want 431", code)
+	}
+}
+
+func TestFramingChunked(t *testing.T) {
+	tests := []struct {
+		in      string
+		n       int // bytes that belong to the body; -1 for an error
+		done    bool
+		comment string
+	}{
+		{"5\r\nhello\r\n0\r\n\r\nNEXT", 15, true, "simple, followed by the next message"},
+		{"5;ext=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\n", 29, true, "extension and trailer"},
+		{"A\r\n0123456789\r\n0\r\n\r\n", 20, true, "upper-case hex"},
+		{"5\nhello\n0\n\n", 11, true, "bare LF"},
+		{"5\r\nhel", 6, false, "incomplete"},
+		{"zz\r\n", -1, false, "not hex"},
+		{"5\r\nhelloXX", -1, false, "data longer than announced"},
+		{"fffffffffffffffff\r\n", -1, false, "size overflow"},
+	}
+	for _, tt := range tests {
+		// Whole, and cut at every position: the result must not depend on
+		// how the bytes arrive.
+		for cut := 0; cut <= len(tt.in); cut++ {
+			var f framing
+			f.reset(bodyChunked, 0)
+			n1, err := f.consume([]byte(tt.in[:cut]))
+			n := n1
+			if err == nil && !f.done() {
+				var n2 int
+				n2, err = f.consume([]byte(tt.in[n1:]))
+				n += n2
+			}
+			if tt.n < 0 {
+				if err == nil {
+					t.Errorf("%s (cut %d): no error", tt.comment, cut)
+				}
+				continue
+			}
+			if err != nil || n != tt.n || f.done() != tt.done {
+				t.Errorf("%s (cut %d): n=%d done=%v err=%v, want n=%d done=%v", tt.comment, cut, n, f.done(), err, tt.n, tt.done)
+			}
+		}
+	}
+}
+
+// FuzzReadRequest: no input crashes the parser, and an accepted head goes
+// to the app as exactly one well-delimited head.
+func FuzzReadRequest(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close, x-a\r\nX-A: 1\r\n\r\n",
+		"GET / HTTP/1.0\r\nX-Forwarded-For: 1.1.1.1\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cc, _, code, err := parseHead(string(b), 4096)
+		if err != nil {
+			if code != 0 && (code < 400 || code > 599) {
+				t.Fatalf("error %v with status %d", err, code)
+			}
+			return
+		}
+		out := cc.out
+		if i := bytes.Index(out, []byte("\r\n\r\n")); i != len(out)-4 {
+			t.Fatalf("head for the app is not one head: %q", out)
+		}
+		for i, c := range out {
+			if c == '\r' && (i+1 >= len(out) || out[i+1] != '\n') || c == '\n' && (i == 0 || out[i-1] != '\r') {
+				t.Fatalf("bare CR or LF at %d in %q", i, out)
+			}
+		}
+	})
+}

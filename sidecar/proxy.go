@@ -1,0 +1,164 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// counters are the per-pod request counters the scaler reads.
+type counters struct {
+	inFlight atomic.Int64
+	total    atomic.Uint64
+	on       bool
+}
+
+// proxy serves client connections: HTTP/1.1 itself, h2c by hand-off to the
+// h2c server.
+type proxy struct {
+	opts           Options
+	log            logr.Logger
+	cnt            *counters
+	up             *upstream
+	h2             *h2cServer
+	upstreamErrors atomic.Uint64
+	openConns      atomic.Int64
+	draining       atomic.Bool
+	readyAt        atomic.Int64 // unix nanos of the last successful readiness dial
+
+	mu       sync.Mutex
+	stopping bool
+	live     map[*clientConn]struct{}
+	wg       sync.WaitGroup
+}
+
+func newProxy(opts Options, log logr.Logger) *proxy {
+	p := &proxy{
+		opts: opts,
+		log:  log,
+		cnt:  &counters{on: opts.Counting},
+		up:   newUpstream(opts.Upstream),
+		live: make(map[*clientConn]struct{}),
+	}
+	p.h2 = newH2CServer(p)
+	return p
+}
+
+// serve accepts connections until ln is closed.
+func (p *proxy) serve(ln *net.TCPListener) error {
+	var backoff time.Duration
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			// Out of file descriptors and the like: wait and go on, as
+			// net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.log.Error(err, "accept failed, retrying", "in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		p.wg.Add(1)
+		go p.serveConn(c)
+	}
+}
+
+func (p *proxy) serveConn(c *net.TCPConn) {
+	defer p.wg.Done()
+	cc := p.newClientConn(c)
+	if !p.track(cc, true) {
+		cc.release()
+		c.Close()
+		return
+	}
+	var h2 net.Conn
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error(fmt.Errorf("panic: %v", r), "recovered serving a connection", "stack", string(debug.Stack()))
+			h2 = nil
+		}
+		p.track(cc, false)
+		cc.release()
+		if h2 == nil || !p.h2.handOff(h2) {
+			c.Close()
+		}
+	}()
+	h2 = cc.serve()
+}
+
+// track adds or removes a live connection; it refuses new ones once the
+// proxy stops.
+func (p *proxy) track(cc *clientConn, add bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add {
+		if p.stopping {
+			return false
+		}
+		p.live[cc] = struct{}{}
+		p.openConns.Add(1)
+		return true
+	}
+	delete(p.live, cc)
+	p.openConns.Add(-1)
+	return true
+}
+
+// setIdle marks a connection as waiting for a request (or not); it returns
+// false once the proxy stops, and the connection should close.
+func (p *proxy) setIdle(cc *clientConn, idle bool) bool {
+	p.mu.Lock()
+	ok := !p.stopping
+	cc.idle = idle
+	p.mu.Unlock()
+	return ok
+}
+
+// stop makes every connection close once its current request is done, and
+// idle ones at once.
+func (p *proxy) stop() {
+	p.mu.Lock()
+	p.stopping = true
+	for cc := range p.live {
+		if cc.idle {
+			cc.c.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+	p.mu.Unlock()
+}
+
+// closeAll cuts every connection still open.
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	for cc := range p.live {
+		cc.c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// waitConns waits until every connection goroutine has returned, or until
+// the deadline; it reports whether they all returned.
+func (p *proxy) waitConns(deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}

@@ -1,0 +1,159 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Run serves until ctx is cancelled, then drains (see the package doc) and
+// returns. It returns an error if opts are invalid or a port cannot be
+// bound.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("invalid options: %w", err)
+	}
+	s, err := start(opts, newLogger(opts, os.Stderr))
+	if err != nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+func newLogger(o Options, w io.Writer) logr.Logger {
+	var lvl slog.Level
+	switch o.LogLevel {
+	case "debug":
+		lvl = slog.LevelDebug
+	case "warn":
+		lvl = slog.LevelWarn
+	case "error":
+		lvl = slog.LevelError
+	}
+	hopts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler
+	if o.LogFormat == "text" {
+		h = slog.NewTextHandler(w, hopts)
+	} else {
+		h = slog.NewJSONHandler(w, hopts)
+	}
+	log := logr.FromSlogHandler(h).WithName("ebb-sidecar")
+	for _, kv := range [][2]string{{"pod", o.PodName}, {"namespace", o.PodNamespace}, {"podIP", o.PodIP}} {
+		if kv[1] != "" {
+			log = log.WithValues(kv[0], kv[1])
+		}
+	}
+	return log
+}
+
+// server is a started sidecar: ports bound, not yet serving.
+type server struct {
+	opts    Options
+	log     logr.Logger
+	p       *proxy
+	ln      *net.TCPListener
+	adminLn net.Listener
+	admin   *http.Server
+	// acceptDone is closed when the accept loop has returned.
+	acceptDone chan struct{}
+}
+
+func start(opts Options, log logr.Logger) (*server, error) {
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen for clients: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", opts.AdminListen)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen for admin: %w", err)
+	}
+	p := newProxy(opts, log)
+	return &server{
+		opts:    opts,
+		log:     log,
+		p:       p,
+		ln:      ln.(*net.TCPListener),
+		adminLn: adminLn,
+		admin: &http.Server{
+			Handler:           p.adminHandler(uint64(time.Now().UnixNano())),
+			ReadHeaderTimeout: 5 * time.Second,
+			IdleTimeout:       opts.IdleTimeout,
+		},
+	}, nil
+}
+
+func (s *server) run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	s.acceptDone = make(chan struct{})
+	go func() {
+		defer close(s.acceptDone)
+		if err := s.p.serve(s.ln); err != nil {
+			errc <- err
+		}
+	}()
+	go func() {
+		if err := s.admin.Serve(s.adminLn); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	}()
+	janitor := time.NewTicker(upstreamIdleTimeout / 3)
+	defer janitor.Stop()
+	s.log.Info("serving", "listen", s.ln.Addr().String(), "upstream", s.opts.Upstream,
+		"admin", s.adminLn.Addr().String(), "counting", s.opts.Counting)
+	for {
+		select {
+		case <-ctx.Done():
+			return s.drain()
+		case now := <-janitor.C:
+			s.p.up.closeIdle(now, upstreamIdleTimeout)
+		case err := <-errc:
+			s.ln.Close()
+			s.admin.Close()
+			s.p.stop()
+			s.p.closeAll()
+			return err
+		}
+	}
+}
+
+// drain turns not-ready, serves until nothing is in flight or the drain
+// timeout passes, then closes everything.
+func (s *server) drain() error {
+	p := s.p
+	p.draining.Store(true)
+	start := time.Now()
+	deadline := start.Add(s.opts.DrainTimeout)
+	s.log.Info("draining", "inFlight", p.cnt.inFlight.Load(), "timeout", s.opts.DrainTimeout.String())
+	tick := time.NewTicker(5 * time.Millisecond)
+	for p.cnt.inFlight.Load() > 0 && time.Now().Before(deadline) {
+		<-tick.C
+	}
+	tick.Stop()
+	s.ln.Close()
+	<-s.acceptDone // no connection is added after this
+	p.stop()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	p.h2.srv.Shutdown(ctx) // GOAWAY, then waits for open streams
+	cancel()
+	clean := p.waitConns(deadline)
+	if !clean {
+		p.closeAll()
+		p.h2.srv.Close()
+		p.waitConns(time.Now().Add(time.Second))
+	}
+	p.up.closeIdle(time.Now(), 0)
+	actx, acancel := context.WithTimeout(context.Background(), time.Second)
+	s.admin.Shutdown(actx)
+	acancel()
+	s.log.Info("drained", "took", time.Since(start).String(), "cut", !clean, "inFlight", p.cnt.inFlight.Load())
+	return nil
+}

@@ -1,0 +1,124 @@
+package sidecar
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+const (
+	upstreamBufSize = 16 << 10
+	// checkAfter is how long a pooled connection may sit idle before it is
+	// checked (one non-blocking peek) for having been closed by the app.
+	checkAfter = time.Second
+	// upstreamIdleTimeout closes pooled connections unused this long.
+	upstreamIdleTimeout = 90 * time.Second
+	maxIdleUpstream     = 1024
+)
+
+// upConn is one pooled connection to the app.
+type upConn struct {
+	c        *net.TCPConn
+	br       *bufio.Reader
+	lastUsed time.Time
+}
+
+func (uc *upConn) close() { uc.c.Close() }
+
+// upstream is the one connection pool to the app, built once per sidecar. It
+// is a LIFO stack so that a few warm connections carry most requests.
+type upstream struct {
+	addr   string
+	dialer net.Dialer
+	mu     sync.Mutex
+	idle   []*upConn
+	closed bool
+}
+
+func newUpstream(addr string) *upstream {
+	return &upstream{
+		addr: addr,
+		// Loopback: no TCP keep-alive probes, a short connect timeout.
+		dialer: net.Dialer{Timeout: 2 * time.Second, KeepAlive: -1},
+		idle:   make([]*upConn, 0, 64),
+	}
+}
+
+// get returns a pooled connection (reused=true) or a new one.
+func (u *upstream) get(now time.Time) (uc *upConn, reused bool, err error) {
+	u.mu.Lock()
+	for n := len(u.idle); n > 0; n = len(u.idle) {
+		uc = u.idle[n-1]
+		u.idle[n-1] = nil
+		u.idle = u.idle[:n-1]
+		if now.Sub(uc.lastUsed) < checkAfter {
+			u.mu.Unlock()
+			return uc, true, nil
+		}
+		u.mu.Unlock()
+		if alive(uc.c) {
+			return uc, true, nil
+		}
+		uc.close()
+		u.mu.Lock()
+	}
+	u.mu.Unlock()
+	uc, err = u.dial()
+	return uc, false, err
+}
+
+func (u *upstream) dial() (*upConn, error) {
+	c, err := u.dialer.Dial("tcp", u.addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the app: %w", err)
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("connect to the app: %T is not a TCP connection", c)
+	}
+	return &upConn{c: tc, br: bufio.NewReaderSize(tc, upstreamBufSize)}, nil
+}
+
+// put returns a connection whose last response was read completely.
+func (u *upstream) put(uc *upConn, now time.Time) {
+	if uc.br.Buffered() > 0 { // bytes nobody asked for: do not trust it
+		uc.close()
+		return
+	}
+	uc.lastUsed = now
+	u.mu.Lock()
+	if u.closed || len(u.idle) >= maxIdleUpstream {
+		u.mu.Unlock()
+		uc.close()
+		return
+	}
+	u.idle = append(u.idle, uc)
+	u.mu.Unlock()
+}
+
+// closeIdle closes pooled connections idle for longer than maxIdle; with
+// maxIdle 0 it closes them all and refuses later puts.
+func (u *upstream) closeIdle(now time.Time, maxIdle time.Duration) {
+	u.mu.Lock()
+	keep := u.idle[:0]
+	var drop []*upConn
+	for _, uc := range u.idle {
+		if maxIdle > 0 && now.Sub(uc.lastUsed) < maxIdle {
+			keep = append(keep, uc)
+		} else {
+			drop = append(drop, uc)
+		}
+	}
+	clear(u.idle[len(keep):])
+	u.idle = keep
+	if maxIdle == 0 {
+		u.closed = true
+	}
+	u.mu.Unlock()
+	for _, uc := range drop {
+		uc.close()
+	}
+}

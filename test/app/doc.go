@@ -1,0 +1,12 @@
+// Command ebb-test-app is the app every ebb test and benchmark runs behind
+// the sidecar and the activator: HTTP/1.1 and h2c on one port, a small
+// hello page (the benchmark's "direct" baseline), SSE, WebSocket echo, a
+// streaming body echo, and gRPC (grpc.health.v1, with a trailer echo).
+//
+// Options (flag, then env, then default): --listen/LISTEN (:8080),
+// --startup-delay/STARTUP_DELAY (0; wait before binding the port),
+// --delay/DELAY (0; added to every request), --ready-path/READY_PATH
+// (/healthz). Paths: / (?delay=100ms), /sse?n=5&interval=50ms, /ws, /echo,
+// /headers. gRPC: Health.Check with metadata "ebb-echo: v" answers with
+// trailer "ebb-echo: v". SIGTERM shuts down gracefully.
+package main

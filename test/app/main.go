@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+)
+
+// config is the test app's options.
+type config struct {
+	listen       string
+	startupDelay time.Duration
+	delay        time.Duration
+	readyPath    string
+	name         string
+}
+
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	c := config{listen: ":8080", readyPath: "/healthz"}
+	var problems []error
+	fs := flag.NewFlagSet("ebb-test-app", flag.ContinueOnError)
+	str := func(p *string, name, env, usage string) {
+		if v := getenv(env); v != "" {
+			*p = v
+		}
+		fs.StringVar(p, name, *p, usage+" (env "+env+")")
+	}
+	dur := func(p *time.Duration, name, env, usage string) {
+		if v := getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				problems = append(problems, fmt.Errorf("%s=%q: not a duration", env, v))
+			}
+			*p = d
+		}
+		fs.DurationVar(p, name, *p, usage+" (env "+env+")")
+	}
+	str(&c.listen, "listen", "LISTEN", "address to serve on")
+	dur(&c.startupDelay, "startup-delay", "STARTUP_DELAY", "wait this long before binding the port")
+	dur(&c.delay, "delay", "DELAY", "added to every request")
+	str(&c.readyPath, "ready-path", "READY_PATH", "path that answers 200 once serving")
+	if err := fs.Parse(args); err != nil {
+		problems = append(problems, err)
+	}
+	if c.startupDelay < 0 || c.delay < 0 {
+		problems = append(problems, errors.New("delays must not be negative"))
+	}
+	if !strings.HasPrefix(c.readyPath, "/") {
+		problems = append(problems, fmt.Errorf("--ready-path %q: must start with /", c.readyPath))
+	}
+	c.name = getenv("POD_NAME")
+	if c.name == "" {
+		c.name, _ = os.Hostname()
+	}
+	return c, errors.Join(problems...)
+}
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ebb-test-app:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "ebb-test-app:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	if cfg.startupDelay > 0 {
+		select {
+		case <-time.After(cfg.startupDelay):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	slog.Info("ebb-test-app serving", "addr", ln.Addr().String())
+	return serve(ctx, ln, cfg)
+}
+
+// serve serves HTTP/1.1, h2c and gRPC on ln until ctx is done, then shuts
+// down gracefully.
+func serve(ctx context.Context, ln net.Listener, cfg config) error {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: newHandler(cfg), Protocols: &protos, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	return nil
+}
+
+// echoTrailerKey is the gRPC metadata key echoed back as a trailer.
+const echoTrailerKey = "ebb-echo"
+
+var (
+	textPlain   = []string{"text/plain; charset=utf-8"}
+	eventStream = []string{"text/event-stream"}
+	noCache     = []string{"no-cache"}
+	upgrader    = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+)
+
+func newHandler(cfg config) http.Handler {
+	hello := []byte("hello from " + cfg.name + "\n")
+	helloLen := []string{strconv.Itoa(len(hello))}
+
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("ebb.test", healthpb.HealthCheckResponse_SERVING)
+	gs := grpc.NewServer(grpc.UnaryInterceptor(echoTrailer))
+	healthpb.RegisterHealthServer(gs, hs)
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			gs.ServeHTTP(w, r)
+			return
+		}
+		if cfg.delay > 0 {
+			time.Sleep(cfg.delay)
+		}
+		if r.URL.RawQuery != "" {
+			if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil && d > 0 {
+				time.Sleep(d)
+			}
+		}
+		switch r.URL.Path {
+		case "/":
+			h := w.Header()
+			h["Content-Type"] = textPlain
+			h["Content-Length"] = helloLen
+			w.Write(hello)
+		case cfg.readyPath:
+			w.Header()["Content-Type"] = textPlain
+			w.Write([]byte("ok\n"))
+		case "/sse":
+			serveSSE(w, r)
+		case "/ws":
+			serveWebSocket(w, r)
+		case "/echo":
+			serveEcho(w, r)
+		case "/headers":
+			serveHeaders(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// serveSSE sends n events, interval apart, each flushed on its own.
+func serveSSE(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, err := strconv.Atoi(q.Get("n"))
+	if err != nil || n < 0 {
+		n = 5
+	}
+	interval, err := time.ParseDuration(q.Get("interval"))
+	if err != nil || interval < 0 {
+		interval = 50 * time.Millisecond
+	}
+	h := w.Header()
+	h["Content-Type"] = eventStream
+	h["Cache-Control"] = noCache
+	rc := http.NewResponseController(w)
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-time.After(interval):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "id: %d\ndata: event %d\n\n", i, i)
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// serveWebSocket echoes every message until the peer closes.
+func serveWebSocket(w http.ResponseWriter, r *http.Request) {
+	c, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // Upgrade has answered already
+	}
+	defer c.Close()
+	for {
+		mt, msg, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		if err := c.WriteMessage(mt, msg); err != nil {
+			return
+		}
+	}
+}
+
+// serveEcho streams the request body back as it arrives.
+func serveEcho(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	rc.EnableFullDuplex()
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(http.StatusOK)
+	rc.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// serveHeaders writes the request's method, host and headers, one per line,
+// sorted, so that tests can see what a proxy forwarded.
+func serveHeaders(w http.ResponseWriter, r *http.Request) {
+	lines := []string{"Method: " + r.Method, "Host: " + r.Host}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			lines = append(lines, k+": "+v)
+		}
+	}
+	slices.Sort(lines)
+	w.Header()["Content-Type"] = textPlain
+	io.WriteString(w, strings.Join(lines, "\n")+"\n")
+}
+
+// echoTrailer sends the value of the request metadata key ebb-echo back as a
+// trailer, so that a test can see trailers cross a proxy.
+func echoTrailer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(echoTrailerKey); len(v) > 0 {
+			grpc.SetTrailer(ctx, metadata.Pairs(echoTrailerKey, v[0]))
+		}
+	}
+	return handler(ctx, req)
+}

@@ -1,0 +1,25 @@
+// Command sidecar benchmarks ebb-sidecar against the test app on loopback and
+// prints the figures of issue 3 as a markdown table: throughput through the
+// sidecar (counting on and off) and through a plain httputil.ReverseProxy
+// relative to the app served directly (c=64, keep-alive, small response),
+// added latency at c=1, RSS idle and holding 1,000 keep-alive connections,
+// and the stripped binary size.
+//
+// Run it from the module root:
+//
+//	go run ./test/bench/sidecar [-duration 2s] [-rounds 9] [-pairs 12] [-pin split|none] [-rebuild]
+//
+// It uses bin/ebb-sidecar and bin/ebb-test-app, building them if missing (or
+// with -rebuild), and wrk as the load generator. With -pin split (the
+// default) wrk runs on CPU 0 and every server (app, sidecar, baseline proxy)
+// on CPU 1, as in a pod whose app and sidecar share one CPU; with -pin none
+// everything shares every CPU.
+//
+// Shared machines are noisy, so every figure is a median of figures taken
+// within one round, where the targets ran back to back: throughput ratios
+// are per-round ratios, added latency per-round differences, and the
+// counting cost gets extra adjacent 1s pairs of its own. Each throughput
+// ratio is also given CPU-normalised: the CPU seconds wrk, the app and the
+// proxy used per request (from /proc and wrk's rusage), which does not
+// depend on how much CPU a neighbour left over.
+package main

@@ -1,0 +1,622 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type benchConfig struct {
+	duration time.Duration
+	rounds   int
+	conns    int
+	hold     int
+	pin      string
+	rebuild  bool
+	basePort int
+	nice     int
+	pairs    int
+}
+
+func main() {
+	// Self-exec mode: the httputil.ReverseProxy baseline as its own process.
+	if len(os.Args) > 1 && os.Args[1] == "reverseproxy" {
+		if err := serveReverseProxy(os.Args[2], os.Args[3]); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	var c benchConfig
+	flag.DurationVar(&c.duration, "duration", 2*time.Second, "length of each wrk run")
+	flag.IntVar(&c.rounds, "rounds", 9, "rounds; each runs every target once, the median is reported")
+	flag.IntVar(&c.conns, "c", 64, "connections for the throughput runs")
+	flag.IntVar(&c.hold, "hold", 1000, "keep-alive connections held for the RSS figure")
+	flag.StringVar(&c.pin, "pin", "split", "CPU pinning: split (wrk on CPU 0, servers on CPU 1) or none")
+	flag.BoolVar(&c.rebuild, "rebuild", false, "rebuild bin/ebb-sidecar and bin/ebb-test-app")
+	flag.IntVar(&c.basePort, "port", 19080, "first loopback port used")
+	flag.IntVar(&c.pairs, "pairs", 12, "extra back-to-back 1s runs of counting on/off, for the counting cost")
+	flag.IntVar(&c.nice, "nice", 0, "run servers and wrk at this nice level (negative needs root) to shield them from other load")
+	flag.Parse()
+	if c.duration <= 0 || c.duration > time.Minute || c.rounds < 1 || c.rounds > 15 || c.conns < 1 || c.conns > 1024 || c.hold < 1 || c.hold > 5000 {
+		log.Fatal("out of bounds: want 0 < -duration <= 1m, 1 <= -rounds <= 15, 1 <= -c <= 1024, 1 <= -hold <= 5000")
+	}
+	if c.pin != "split" && c.pin != "none" {
+		log.Fatal("-pin: want split or none")
+	}
+	if err := run(c); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// target is one server under load.
+type target struct {
+	name string
+	port int
+	pid  int // the proxy's process; 0 for direct
+}
+
+func run(c benchConfig) error {
+	if _, err := os.Stat("go.mod"); err != nil {
+		return errors.New("run from the module root (go run ./test/bench/sidecar)")
+	}
+	for _, b := range []struct{ bin, pkg string }{{"bin/ebb-sidecar", "./cmd/ebb-sidecar"}, {"bin/ebb-test-app", "./test/app"}} {
+		if _, err := os.Stat(b.bin); err == nil && !c.rebuild {
+			continue
+		}
+		if err := goBuild(b.bin, b.pkg, false); err != nil {
+			return err
+		}
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return fmt.Errorf("wrk is needed: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	script, err := writeScript()
+	if err != nil {
+		return err
+	}
+	defer os.Remove(script)
+
+	p := c.basePort
+	app := fmt.Sprintf("127.0.0.1:%d", p)
+	var procs procSet
+	defer procs.stopAll()
+	if err := procs.start(c, "app", []string{"bin/ebb-test-app", "--listen", app}, nil); err != nil {
+		return err
+	}
+	sidecar := func(name string, port int, counting bool) error {
+		return procs.start(c, name, []string{"bin/ebb-sidecar", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+			"--admin-listen", fmt.Sprintf("127.0.0.1:%d", port+100), "--upstream", app,
+			"--counting=" + strconv.FormatBool(counting), "--log-level", "error"}, nil)
+	}
+	if err := sidecar("sidecar", p+1, true); err != nil {
+		return err
+	}
+	if err := sidecar("sidecar-nocount", p+2, false); err != nil {
+		return err
+	}
+	if err := procs.start(c, "reverseproxy", []string{self, "reverseproxy", fmt.Sprintf("127.0.0.1:%d", p+3), app}, nil); err != nil {
+		return err
+	}
+	for _, port := range []int{p, p + 1, p + 2, p + 3} {
+		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/", port)); err != nil {
+			return err
+		}
+	}
+	direct := target{name: "direct", port: p}
+	side := target{name: "sidecar", port: p + 1, pid: procs.pid("sidecar")}
+	nocount := target{name: "sidecar, counting off", port: p + 2, pid: procs.pid("sidecar-nocount")}
+	rproxy := target{name: "httputil.ReverseProxy", port: p + 3, pid: procs.pid("reverseproxy")}
+	appPid := procs.pid("app")
+	measure := func(c benchConfig, t target, conns int) (wrkResult, error) {
+		pids := []int{appPid}
+		if t.pid != 0 {
+			pids = append(pids, t.pid)
+		}
+		before := cpuSeconds(pids)
+		res, err := wrk(c, script, t.port, conns)
+		if err != nil {
+			return res, err
+		}
+		res.cpuPerReq = (res.wrkCPU + cpuSeconds(pids) - before) / float64(res.n)
+		return res, nil
+	}
+
+	load0 := loadavg()
+	// Throughput, c=64: every target once per round, order rotated; ratios
+	// are taken within a round, where the neighbours' load is alike.
+	res := map[string][]wrkResult{}
+	errs := 0
+	targets := []target{direct, side, nocount, rproxy}
+	for r := range c.rounds {
+		for i := range targets {
+			t := targets[(i+r)%len(targets)]
+			w, err := measure(c, t, c.conns)
+			if err != nil {
+				return err
+			}
+			res[t.name] = append(res[t.name], w)
+			errs += w.errors
+			fmt.Fprintf(os.Stderr, "round %d  c=%d  %-22s %9.0f req/s  %5.1f µs CPU/req\n", r+1, c.conns, t.name, w.rps, 1e6*w.cpuPerReq)
+		}
+	}
+	// Counting on and off back to back, alternating who goes first: the
+	// difference is small, so it gets many short pairs of its own.
+	pairCfg := c
+	pairCfg.duration = time.Second
+	for r := range c.pairs {
+		pair := []target{side, nocount}
+		if r%2 == 1 {
+			pair = []target{nocount, side}
+		}
+		for _, t := range pair {
+			w, err := measure(pairCfg, t, c.conns)
+			if err != nil {
+				return err
+			}
+			res[t.name] = append(res[t.name], w)
+			errs += w.errors
+		}
+	}
+	// Latency, c=1, direct and sidecar back to back, alternating who goes first.
+	lat := map[string][]wrkResult{}
+	for r := range c.rounds {
+		pair := []target{direct, side}
+		if r%2 == 1 {
+			pair = []target{side, direct}
+		}
+		for _, t := range pair {
+			w, err := measure(c, t, 1)
+			if err != nil {
+				return err
+			}
+			lat[t.name] = append(lat[t.name], w)
+			errs += w.errors
+			fmt.Fprintf(os.Stderr, "round %d  c=1   %-22s p50 %6.1fµs p99 %6.1fµs\n", r+1, t.name, w.p50, w.p99)
+		}
+	}
+	load1 := loadavg()
+	busyRSS := rssKiB(procs.pid("sidecar"))
+
+	// RSS of a fresh sidecar: idle, then holding c.hold keep-alive connections.
+	fresh := p + 4
+	if err := procs.start(c, "sidecar-rss", []string{"bin/ebb-sidecar", "--listen", fmt.Sprintf("127.0.0.1:%d", fresh),
+		"--admin-listen", fmt.Sprintf("127.0.0.1:%d", fresh+100), "--upstream", app, "--log-level", "error"}, nil); err != nil {
+		return err
+	}
+	if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", fresh+100)); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	idleRSS := rssKiB(procs.pid("sidecar-rss"))
+	conns, err := holdConns(fmt.Sprintf("127.0.0.1:%d", fresh), c.hold)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	holdRSS := rssKiB(procs.pid("sidecar-rss"))
+	for _, cn := range conns {
+		cn.Close()
+	}
+
+	size, err := strippedSize()
+	if err != nil {
+		return err
+	}
+
+	// The table.
+	perRound := func(m map[string][]wrkResult, f func(a, b wrkResult) float64, a, b string) float64 {
+		var v []float64
+		for i := range min(len(m[a]), len(m[b])) {
+			v = append(v, f(m[a][i], m[b][i]))
+		}
+		return median(v)
+	}
+	rps := func(name string) float64 {
+		return median(mapSlice(res[name][:c.rounds], func(a wrkResult) float64 { return a.rps }))
+	}
+	wallRatio := func(a, b wrkResult) float64 { return a.rps / b.rps }
+	cpuRatio := func(a, b wrkResult) float64 { return b.cpuPerReq / a.cpuPerReq }
+	ratio, rpRatio := perRound(res, wallRatio, side.name, direct.name), perRound(res, wallRatio, rproxy.name, direct.name)
+	ratioCPU, rpRatioCPU := perRound(res, cpuRatio, side.name, direct.name), perRound(res, cpuRatio, rproxy.name, direct.name)
+	cost := 1 - perRound(res, wallRatio, side.name, nocount.name)
+	var costs []float64
+	for i := range len(res[side.name]) {
+		costs = append(costs, 1-res[side.name][i].rps/res[nocount.name][i].rps)
+	}
+	costLo, costHi := quartiles(costs)
+	var cpuCosts []float64
+	for i := range len(res[side.name]) {
+		cpuCosts = append(cpuCosts, 1-res[nocount.name][i].cpuPerReq/res[side.name][i].cpuPerReq)
+	}
+	cpuCostLo, cpuCostHi := quartiles(cpuCosts)
+	costCPU := 1 - perRound(res, cpuRatio, side.name, nocount.name)
+	p50 := func(name string) float64 {
+		return perRound(lat, func(a, _ wrkResult) float64 { return a.p50 }, name, name)
+	}
+	p99 := func(name string) float64 {
+		return perRound(lat, func(a, _ wrkResult) float64 { return a.p99 }, name, name)
+	}
+	addP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, side.name, direct.name)
+	addP99 := perRound(lat, func(a, b wrkResult) float64 { return a.p99 - b.p99 }, side.name, direct.name)
+	mib := func(kib int) float64 { return float64(kib) / 1024 }
+	met := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "**no**"
+	}
+
+	fmt.Printf("\n`go run ./test/bench/sidecar %s`\n\n", strings.Join(os.Args[1:], " "))
+	fmt.Printf("%s per target per round, %d rounds, medians; wrk -t1; pinning: %s; nice %d; load average %s → %s; %d CPUs, %s\n\n",
+		c.duration, c.rounds, pinText(c.pin), c.nice, load0, load1, runtime.NumCPU(), cpuModel())
+	fmt.Println("| figure | measured | target | met |")
+	fmt.Println("|---|---:|---:|---|")
+	fmt.Printf("| throughput direct to app, c=%d | %.0f req/s | | |\n", c.conns, rps(direct.name))
+	fmt.Printf("| throughput via ebb-sidecar | %.0f req/s | | |\n", rps(side.name))
+	fmt.Printf("| throughput via ebb-sidecar, counting off | %.0f req/s | | |\n", rps(nocount.name))
+	fmt.Printf("| throughput via httputil.ReverseProxy (baseline) | %.0f req/s | | |\n", rps(rproxy.name))
+	fmt.Printf("| **sidecar ÷ direct** (wall clock, median of per-round ratios) | **%.2f** | ≥ 0.45 | %s |\n", ratio, met(ratio >= 0.45))
+	fmt.Printf("| sidecar ÷ direct, CPU-normalised (CPU µs/req of wrk+app+proxy) | %.2f | ≥ 0.45 | %s |\n", ratioCPU, met(ratioCPU >= 0.45))
+	fmt.Printf("| ReverseProxy ÷ direct (baseline), wall / CPU-normalised | %.2f / %.2f | ≈ 0.27–0.32 | |\n", rpRatio, rpRatioCPU)
+	costMet := met(cost <= 0.03)
+	if costHi-costLo > 0.06 {
+		costMet = fmt.Sprintf("not resolvable here: pairs spread %.0f…%.0f %% (interquartile)", 100*costLo, 100*costHi)
+	}
+	fmt.Printf("| **counting cost** (1 − on÷off, median of %d adjacent pairs), wall clock | **%.1f %%** | ≤ 3 %% | %s |\n", c.rounds+c.pairs, 100*cost, costMet)
+	cpuCostMet := met(costCPU <= 0.03)
+	if cpuCostHi-cpuCostLo > 0.06 {
+		cpuCostMet = fmt.Sprintf("not resolvable here: pairs spread %.0f…%.0f %% (interquartile)", 100*cpuCostLo, 100*cpuCostHi)
+	}
+	fmt.Printf("| counting cost, CPU-normalised | %.1f %% | ≤ 3 %% | %s |\n", 100*costCPU, cpuCostMet)
+	fmt.Printf("| p50 c=1 direct / sidecar | %.0f / %.0f µs | | |\n", p50(direct.name), p50(side.name))
+	fmt.Printf("| **p50 added** (median of per-round differences) | **%+.0f µs** | ≤ +40 µs | %s |\n", addP50, met(addP50 <= 40))
+	fmt.Printf("| p99 c=1 direct / sidecar | %.0f / %.0f µs | | |\n", p99(direct.name), p99(side.name))
+	p99Met := met(addP99 <= 150)
+	if p99(direct.name) > 1000 {
+		p99Met = fmt.Sprintf("not measurable here: direct p99 alone is %.1f ms (other processes' CPU load)", p99(direct.name)/1000)
+	}
+	fmt.Printf("| **p99 added** (median of per-round differences) | **%+.0f µs** | ≤ +150 µs | %s |\n", addP99, p99Met)
+	fmt.Printf("| **sidecar RSS idle** (fresh process) | **%.1f MiB** | ≤ 12 MiB | %s |\n", mib(idleRSS), met(mib(idleRSS) <= 12))
+	fmt.Printf("| **sidecar RSS holding %d keep-alive conns** | **%.1f MiB** | ≤ 30 MiB | %s |\n", c.hold, mib(holdRSS), met(mib(holdRSS) <= 30))
+	fmt.Printf("| sidecar RSS after the load above | %.1f MiB | | |\n", mib(busyRSS))
+	fmt.Printf("| **stripped binary** (-s -w) | **%.1f MB** | ≤ 15 MB | %s |\n", float64(size)/1e6, met(size <= 15e6))
+	fmt.Printf("| wrk errors (non-2xx, socket) over all runs | %d | 0 | %s |\n", errs, met(errs == 0))
+	return nil
+}
+
+// wrap prefixes argv with the pinning to cpu and the nice level.
+func (c benchConfig) wrap(argv []string, cpu string) []string {
+	if c.pin == "split" {
+		argv = append([]string{"taskset", "-c", cpu}, argv...)
+	}
+	if c.nice != 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(c.nice)}, argv...)
+	}
+	return argv
+}
+
+func pinText(pin string) string {
+	if pin == "split" {
+		return "wrk on CPU 0, app + sidecar/proxy on CPU 1 (taskset; Go sizes GOMAXPROCS=1 from the affinity)"
+	}
+	return "none (all processes share all CPUs)"
+}
+
+func goBuild(out, pkg string, strip bool) error {
+	args := []string{"build", "-o", out}
+	if strip {
+		args = append(args, "-trimpath", "-ldflags=-s -w")
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return nil
+}
+
+func strippedSize() (int64, error) {
+	dir, err := os.MkdirTemp("", "ebb-bench")
+	if err != nil {
+		return 0, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "ebb-sidecar")
+	if err := goBuild(out, "./cmd/ebb-sidecar", true); err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		return 0, fmt.Errorf("stat stripped binary: %w", err)
+	}
+	return fi.Size(), nil
+}
+
+// procSet is the servers started by the bench.
+type procSet struct {
+	names []string
+	cmds  []*exec.Cmd
+}
+
+func (ps *procSet) start(c benchConfig, name string, argv []string, env []string) error {
+	argv = c.wrap(argv, "1")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	ps.names = append(ps.names, name)
+	ps.cmds = append(ps.cmds, cmd)
+	return nil
+}
+
+func (ps *procSet) pid(name string) int {
+	return ps.cmds[slices.Index(ps.names, name)].Process.Pid
+}
+
+func (ps *procSet) stopAll() {
+	for _, cmd := range ps.cmds {
+		cmd.Process.Signal(os.Interrupt)
+	}
+	for _, cmd := range ps.cmds {
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+		}
+	}
+}
+
+func waitHTTP(u string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(u)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer 200 within 10s", u)
+}
+
+const luaScript = `done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("EBB %d %.3f %.1f %.1f %d\n", summary.requests, summary.duration / 1e6,
+    latency:percentile(50), latency:percentile(99), e.connect + e.read + e.write + e.status + e.timeout))
+end
+`
+
+func writeScript() (string, error) {
+	f, err := os.CreateTemp("", "ebb-bench-*.lua")
+	if err != nil {
+		return "", fmt.Errorf("write wrk script: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(luaScript); err != nil {
+		return "", fmt.Errorf("write wrk script: %w", err)
+	}
+	return f.Name(), nil
+}
+
+type wrkResult struct {
+	n         int
+	rps       float64
+	wrkCPU    float64 // seconds of CPU wrk used
+	cpuPerReq float64 // seconds of CPU (wrk + app + proxy) per request
+	p50, p99  float64 // µs
+	errors    int
+}
+
+func wrk(c benchConfig, script string, port, conns int) (wrkResult, error) {
+	argv := []string{"wrk", "-t1", "-c" + strconv.Itoa(conns), "-d" + c.duration.String(), "--timeout", "5s", "-s", script,
+		fmt.Sprintf("http://127.0.0.1:%d/", port)}
+	argv = c.wrap(argv, "0")
+	ctx, cancel := context.WithTimeout(context.Background(), c.duration+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	out, err := cmd.Output()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+	}
+	var wrkCPU float64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		wrkCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		var secs float64
+		var r wrkResult
+		if _, err := fmt.Sscanf(line, "EBB %d %f %f %f %d", &r.n, &secs, &r.p50, &r.p99, &r.errors); err == nil {
+			r.rps = float64(r.n) / secs
+			r.wrkCPU = wrkCPU
+			return r, nil
+		}
+	}
+	return wrkResult{}, fmt.Errorf("no result in wrk output:\n%s", out)
+}
+
+// holdConns opens n connections, sends one request on each and keeps them
+// open.
+func holdConns(addr string, n int) ([]net.Conn, error) {
+	conns := make([]net.Conn, n)
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := oneRequest(addr)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			conns[i] = c
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, fmt.Errorf("hold %d connections: %w", n, firstErr)
+	}
+	return conns, nil
+}
+
+func oneRequest(addr string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: bench\r\n\r\n"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func rssKiB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return -1
+}
+
+// cpuSeconds sums the user and system CPU time of processes.
+func cpuSeconds(pids []int) float64 {
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	total := 0
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// After the command name (which may hold spaces): utime and stime
+		// are fields 14 and 15 of the line.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		u, _ := strconv.Atoi(f[11])
+		st, _ := strconv.Atoi(f[12])
+		total += u + st
+	}
+	return float64(total) / ticksPerSecond
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:1], " ")
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "model name") {
+			if i := strings.IndexByte(line, ':'); i >= 0 {
+				return strings.TrimSpace(line[i+1:])
+			}
+		}
+	}
+	return ""
+}
+
+// quartiles returns the first and third quartiles of v.
+func quartiles(v []float64) (float64, float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/4], s[(3*len(s))/4]
+}
+
+func mapSlice[T any](v []T, f func(T) float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = f(x)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// serveReverseProxy is the baseline: a plain httputil.ReverseProxy with the
+// default transport, its idle pool raised to hold c=64.
+func serveReverseProxy(listen, upstream string) error {
+	u, err := url.Parse("http://" + upstream)
+	if err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256 // the default 2 would make it churn connections at c=64
+	rp.Transport = tr
+	srv := &http.Server{Addr: listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
