@@ -17,6 +17,7 @@ export EBB_BIN_DIR := $(BIN)
 COMMANDS   := $(notdir $(wildcard cmd/*))
 PROGRAMS   := $(addprefix $(BIN)/,$(COMMANDS)) $(BIN)/ebb-test-app
 KUBE_BINS  := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-proxy
+KEDA_BINS  := $(BIN)/keda-operator $(BIN)/keda-adapter
 DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck
 DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip
 TEST_FLAGS ?= -count=1 -timeout 80m
@@ -62,7 +63,7 @@ manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests in
 ##@ Tools (cached in bin/)
 
 .PHONY: tools
-tools: debs $(KUBE_BINS) $(BIN)/keda-operator $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
+tools: debs $(KUBE_BINS) $(KEDA_BINS) $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
 	@$(GO) mod download
 	@$(GO) mod download $(CRD_MODULES)
 
@@ -82,11 +83,12 @@ $(KUBE_BINS) &: test/tools/kube/go.mod test/tools/kube/go.sum
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy
 	@touch $(KUBE_BINS)
 
-$(BIN)/keda-operator: test/tools/keda/go.mod test/tools/keda/go.sum
+$(KEDA_BINS) &: test/tools/keda/go.mod test/tools/keda/go.sum
 	@mkdir -p $(BIN)
-	@echo ">> building the KEDA operator (github.com/kedacore/keda/v2; ~8 min cold, seconds when cached)"
-	cd test/tools/keda && $(GO) build -trimpath -ldflags='-s -w' -o $@ github.com/kedacore/keda/v2/cmd/operator
-	@touch $@
+	@echo ">> building the KEDA operator and metrics adapter (github.com/kedacore/keda/v2; ~10 min cold, seconds when cached)"
+	cd test/tools/keda && $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/keda-operator github.com/kedacore/keda/v2/cmd/operator
+	cd test/tools/keda && $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/keda-adapter github.com/kedacore/keda/v2/cmd/adapter
+	@touch $(KEDA_BINS)
 
 $(BIN)/k8s/kube-apiserver: $(BIN)/kube-apiserver
 	@mkdir -p $(BIN)/k8s && ln -sf ../kube-apiserver $@

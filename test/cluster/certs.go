@@ -53,7 +53,7 @@ func newAuthority() (*authority, error) {
 type keyPair struct{ certPEM, keyPEM []byte }
 
 // issue signs a leaf certificate. Names that parse as IPs become IP SANs.
-func (a *authority) issue(cn string, orgs []string, names []string, usage x509.ExtKeyUsage) (keyPair, error) {
+func (a *authority) issue(cn string, orgs []string, names []string, usage ...x509.ExtKeyUsage) (keyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return keyPair{}, fmt.Errorf("generate key for %s: %w", cn, err)
@@ -68,7 +68,7 @@ func (a *authority) issue(cn string, orgs []string, names []string, usage x509.E
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(7 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 	}
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {

@@ -35,6 +35,10 @@ const NodeName = "ebb-node"
 type Options struct {
 	// KEDA starts the KEDA operator (bin/keda-operator) with KEDA's CRDs.
 	KEDA bool
+	// KEDAMetricsAdapter also runs KEDA's metrics adapter
+	// (bin/keda-adapter) as the cluster's external metrics API, so the HPAs
+	// KEDA creates scale 1↔N. It implies KEDA.
+	KEDAMetricsAdapter bool
 	// Dir keeps the cluster's files (certificates, logs, etcd data); a new
 	// temporary directory if empty. Logs stay there after Stop.
 	Dir string
@@ -68,7 +72,8 @@ type Cluster struct {
 	started time.Time
 	stopped bool
 
-	etcdURL, etcdData string
+	etcdURL, etcdData  string
+	kedaMetricsService string
 }
 
 // Start brings the cluster up and returns once the API server answers, the
@@ -84,8 +89,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	want := []string{"kube-apiserver", "kube-controller-manager", "kube-proxy"}
+	opts.KEDA = opts.KEDA || opts.KEDAMetricsAdapter
 	if opts.KEDA {
 		want = append(want, "keda-operator")
+	}
+	if opts.KEDAMetricsAdapter {
+		want = append(want, "keda-adapter")
 	}
 	bins, err := binaries(binDir, want...)
 	if err != nil {
@@ -161,6 +170,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if err := c.waitReady(ctx, proxyHealth, kedaHealth); err != nil {
 		return c, err
+	}
+	if opts.KEDAMetricsAdapter {
+		if err := c.startKEDAAdapter(ctx, bins["keda-adapter"]); err != nil {
+			return c, err
+		}
 	}
 	logf("local cluster ready in %s (logs in %s)", time.Since(c.started).Round(time.Millisecond), filepath.Join(c.Dir, "logs"))
 	return c, nil
@@ -318,6 +332,8 @@ func (c *Cluster) startControllerManager(bin string, pki pkiPaths) error {
 		"--root-ca-file", pki.ca,
 		"--service-account-private-key-file", pki.saKey,
 		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
+		// A real cluster's HPA syncs every 15 s; 2 s keeps tests short.
+		"--horizontal-pod-autoscaler-sync-period=2s",
 		"--v=1",
 	)
 	return err
@@ -451,7 +467,7 @@ func (c *Cluster) Stop() {
 			c.logf("node agent did not stop within 30s")
 		}
 	}
-	for _, name := range []string{"keda-operator", "kube-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"keda-adapter", "keda-operator", "kube-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		if p := c.procs[name]; p != nil {
 			p.stop(5 * time.Second)
 		}

@@ -23,6 +23,7 @@ type switchScaler struct {
 	externalscaler.UnimplementedExternalScalerServer
 	mu      sync.Mutex
 	active  bool
+	value   int64 // the metric while active
 	streams map[chan bool]bool
 	opened  chan struct{}
 }
@@ -31,10 +32,12 @@ func newSwitchScaler() *switchScaler {
 	return &switchScaler{streams: map[chan bool]bool{}, opened: make(chan struct{}, 16)}
 }
 
-func (s *switchScaler) set(active bool) {
+func (s *switchScaler) set(active bool) { s.setValue(active, 1) }
+
+func (s *switchScaler) setValue(active bool, value int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.active = active
+	s.active, s.value = active, value
 	for ch := range s.streams {
 		select {
 		case ch <- active:
@@ -81,7 +84,7 @@ func (s *switchScaler) GetMetrics(context.Context, *externalscaler.GetMetricsReq
 	defer s.mu.Unlock()
 	v := int64(0)
 	if s.active {
-		v = 1
+		v = s.value
 	}
 	return &externalscaler.GetMetricsResponse{MetricValues: []*externalscaler.MetricValue{{MetricName: "switch", MetricValue: v}}}, nil
 }

@@ -27,7 +27,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	begin := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{KEDA: true, Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }})
+	c, err := cluster.Start(ctx, cluster.Options{KEDAMetricsAdapter: true, Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start local cluster:", err)
 		return 1
