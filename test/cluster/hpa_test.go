@@ -8,8 +8,8 @@ import (
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
+
+	"github.com/ebb-dev/ebb/test/cluster"
 )
 
 // TestKEDAScalesOutThroughHPA: beyond 0↔1, KEDA hands scaling to the HPA it
@@ -33,25 +33,12 @@ func TestKEDAScalesOutThroughHPA(t *testing.T) {
 	if _, err := lc.Client.AppsV1().Deployments(ns).Create(ctx, testAppDeployment(ns, name, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(lc.RestConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
 	noDelay := map[string]any{"stabilizationWindowSeconds": int64(0), "policies": []any{map[string]any{"type": "Percent", "value": int64(100), "periodSeconds": int64(1)}}}
-	so := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{
-			"scaleTargetRef":  map[string]any{"name": name},
-			"minReplicaCount": int64(0), "maxReplicaCount": int64(3),
-			"pollingInterval": int64(1), "cooldownPeriod": int64(2),
-			"advanced": map[string]any{"horizontalPodAutoscalerConfig": map[string]any{
-				"behavior": map[string]any{"scaleUp": noDelay, "scaleDown": noDelay},
-			}},
-			"triggers": []any{map[string]any{"type": "external-push", "metadata": map[string]any{"scalerAddress": lis.Addr().String()}}},
-		},
-	}}
-	if _, err := dyn.Resource(scaledObjectGVR).Namespace(ns).Create(ctx, so, metav1.CreateOptions{}); err != nil {
+	if err := lc.CreateScaledObject(ctx, cluster.ScaledObject{
+		Namespace: ns, Name: name, Min: 0, Max: 3, CooldownPeriod: 2,
+		Metadata:    map[string]string{"scalerAddress": lis.Addr().String()},
+		HPABehavior: map[string]any{"scaleUp": noDelay, "scaleDown": noDelay},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -10,9 +10,6 @@ import (
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 )
@@ -89,8 +86,6 @@ func (s *switchScaler) GetMetrics(context.Context, *externalscaler.GetMetricsReq
 	return &externalscaler.GetMetricsResponse{MetricValues: []*externalscaler.MetricValue{{MetricName: "switch", MetricValue: v}}}, nil
 }
 
-var scaledObjectGVR = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
-
 // TestKEDAScalesOnExternalPush shows the real KEDA operator scaling a
 // Deployment 0→1 when an external-push scaler says "active", the pod serving
 // through its Service, and back to 0 after the cooldown when it says
@@ -117,24 +112,10 @@ func TestKEDAScalesOnExternalPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(lc.RestConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	so := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{
-			"scaleTargetRef":  map[string]any{"name": name},
-			"minReplicaCount": int64(0), "maxReplicaCount": int64(1),
-			"pollingInterval": int64(1), "cooldownPeriod": int64(3),
-			"triggers": []any{map[string]any{
-				"type":     "external-push",
-				"metadata": map[string]any{"scalerAddress": lis.Addr().String()},
-			}},
-		},
-	}}
-	if _, err := dyn.Resource(scaledObjectGVR).Namespace(ns).Create(ctx, so, metav1.CreateOptions{}); err != nil {
+	if err := lc.CreateScaledObject(ctx, cluster.ScaledObject{
+		Namespace: ns, Name: name, Min: 0, Max: 1,
+		Metadata: map[string]string{"scalerAddress": lis.Addr().String()},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -11,9 +11,6 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
@@ -21,8 +18,6 @@ import (
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/fixtures"
 )
-
-var scaledObjects = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
 
 // TestKEDAScalesAppOnItsCounts: the real KEDA operator asks ebb-scaler about
 // an app. A held request pushed by an activator wakes it 0→1; a request in
@@ -62,42 +57,12 @@ func TestKEDAScalesAppOnItsCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(lc.RestConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	so := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-		"metadata": map[string]any{"name": app, "namespace": ns},
-		"spec": map[string]any{
-			"scaleTargetRef":  map[string]any{"name": app},
-			"minReplicaCount": int64(0), "maxReplicaCount": int64(3),
-			"pollingInterval": int64(1), "cooldownPeriod": int64(3),
-			"triggers": []any{map[string]any{
-				"type": "external-push",
-				"metadata": map[string]any{
-					"scalerAddress": s.GRPCAddr().String(), "app": app,
-					"targetConcurrency": "10", "rateWindow": "4s",
-				},
-			}},
+	if err := lc.CreateScaledObject(ctx, cluster.ScaledObject{
+		Namespace: ns, Name: app, Min: 0, Max: 3,
+		Metadata: map[string]string{
+			"scalerAddress": s.GRPCAddr().String(), "app": app,
+			"targetConcurrency": "10", "rateWindow": "4s",
 		},
-	}}
-	if _, err := dyn.Resource(scaledObjects).Namespace(ns).Create(ctx, so, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitFor(ctx, 60*time.Second, "ScaledObject Ready", func(ctx context.Context) (bool, error) {
-		o, err := dyn.Resource(scaledObjects).Namespace(ns).Get(ctx, app, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Ready" && m["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,113 @@
+package cluster
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// Main is the TestMain of a test package that runs against a local
+// cluster: it starts one with opts (skipping everything under -short), hands
+// it to set, runs the tests and stops the cluster. Use it as
+//
+//	func TestMain(m *testing.M) { os.Exit(cluster.Main(m, cluster.Options{}, func(c *cluster.Cluster) { lc = c })) }
+func Main(m *testing.M, opts Options, set func(*Cluster)) int {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping local-cluster tests in -short mode")
+		return 0
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(f string, a ...any) { fmt.Printf(f+"\n", a...) }
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // includes waiting for another package's cluster
+	defer cancel()
+	c, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start local cluster:", err)
+		return 1
+	}
+	defer c.Stop()
+	set(c)
+	return m.Run()
+}
+
+// ScaledObjects is the resource of KEDA's ScaledObjects.
+var ScaledObjects = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
+
+// ScaledObject describes a KEDA ScaledObject with one external-push trigger
+// on a Deployment.
+type ScaledObject struct {
+	Namespace, Name string
+	Min, Max        int64
+	// PollingInterval and CooldownPeriod in seconds; 1 and 3 if zero.
+	PollingInterval, CooldownPeriod int64
+	// Metadata of the trigger: scalerAddress and the scaler's own keys.
+	Metadata map[string]string
+	// HPABehavior, if set, is spec.advanced.horizontalPodAutoscalerConfig.behavior.
+	HPABehavior map[string]any
+}
+
+// CreateScaledObject creates the ScaledObject and waits until KEDA reports
+// it Ready (its scaler answered and its HPA exists).
+func (c *Cluster) CreateScaledObject(ctx context.Context, so ScaledObject) error {
+	polling, cooldown := so.PollingInterval, so.CooldownPeriod
+	if polling == 0 {
+		polling = 1
+	}
+	if cooldown == 0 {
+		cooldown = 3
+	}
+	meta := map[string]any{}
+	for k, v := range so.Metadata {
+		meta[k] = v
+	}
+	spec := map[string]any{
+		"scaleTargetRef":  map[string]any{"name": so.Name},
+		"minReplicaCount": so.Min, "maxReplicaCount": so.Max,
+		"pollingInterval": polling, "cooldownPeriod": cooldown,
+		"triggers": []any{map[string]any{"type": "external-push", "metadata": meta}},
+	}
+	if so.HPABehavior != nil {
+		spec["advanced"] = map[string]any{"horizontalPodAutoscalerConfig": map[string]any{"behavior": so.HPABehavior}}
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+		"metadata": map[string]any{"name": so.Name, "namespace": so.Namespace},
+		"spec":     spec,
+	}}
+	dyn, err := dynamic.NewForConfig(c.RestConfig)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	res := dyn.Resource(ScaledObjects).Namespace(so.Namespace)
+	if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ScaledObject %s/%s: %w", so.Namespace, so.Name, err)
+	}
+	var last []any
+	err = WaitFor(ctx, 60*time.Second, "ScaledObject "+so.Namespace+"/"+so.Name+" Ready", func(ctx context.Context) (bool, error) {
+		o, err := res.Get(ctx, so.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last, _, _ = unstructured.NestedSlice(o.Object, "status", "conditions")
+		for _, cond := range last {
+			if m, ok := cond.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; conditions: %v", err, last)
+	}
+	return nil
+}
