@@ -74,6 +74,7 @@ type DataPlane struct {
 	proxies *proxies
 	probe   *http.Client
 	held    atomic.Int64 // across every app
+	parking parking      // held HTTP/1.x requests, hijacked
 
 	mu   sync.Mutex // guards apps; taken by writers only
 	apps map[routing.Key]*app
@@ -100,8 +101,33 @@ func NewDataPlane(opts DataPlaneOptions) *DataPlane {
 		}},
 		apps: map[routing.Key]*app{},
 	}
+	d.parking.d = d
 	d.table.Store(routing.Build[*app](nil))
 	return d
+}
+
+// Shutdown waits until no request is held or ctx ends, then closes the
+// connections of requests still held and stops serving the released ones
+// once they are answered (or ctx ends). Call it after the data server's
+// Shutdown: held HTTP/1.x connections are hijacked, so that one does not
+// wait for them.
+func (d *DataPlane) Shutdown(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for d.held.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	return d.parking.shutdown(ctx)
+}
+
+// Close closes every held and released connection at once.
+func (d *DataPlane) Close() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d.parking.shutdown(ctx)
 }
 
 type noPush struct{}
@@ -179,6 +205,7 @@ func (d *DataPlane) SetRoutes(routes []routing.Route[AppConfig]) {
 		}
 		a.gone.Store(true)
 		a.broadcast()
+		d.releaseParked(a)
 		a.mu.Lock()
 		idle := a.held == 0 && len(a.all) == 0
 		a.mu.Unlock()
@@ -206,10 +233,34 @@ func (d *DataPlane) SetEndpoints(key routing.Key, eps []Endpoint) {
 	d.mu.Lock()
 	a := d.getApp(key)
 	d.mu.Unlock()
+	if d.setEndpoints(a, eps) {
+		d.releaseParked(a)
+		d.forgetUpstreams()
+	}
+}
+
+// forgetUpstreams drops the cached proxies of addresses no app lists any
+// more (pods come and go with new IPs).
+func (d *DataPlane) forgetUpstreams() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keep := map[string]bool{}
+	for _, a := range d.apps {
+		a.mu.Lock()
+		for _, e := range a.all {
+			keep[e.Addr] = true
+		}
+		a.mu.Unlock()
+	}
+	d.proxies.forget(keep)
+}
+
+// setEndpoints records eps for a; false if they did not change.
+func (d *DataPlane) setEndpoints(a *app, eps []Endpoint) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if slices.Equal(a.all, eps) {
-		return
+		return false
 	}
 	a.all = slices.Clone(eps)
 	present := make(map[string]bool, len(eps))
@@ -227,6 +278,7 @@ func (d *DataPlane) SetEndpoints(key routing.Key, eps []Endpoint) {
 		}
 	}
 	d.rebuildLocked(a)
+	return true
 }
 
 // rebuildLocked recomputes a's endpoint set and wakes its waiters. Callers
@@ -266,7 +318,11 @@ func (a *app) pick() *upstream {
 }
 
 // ServeHTTP routes, proxies or holds one request.
-func (d *DataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (d *DataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.serve(w, r, false) }
+
+// serve routes, proxies or holds one request; released is true for a held
+// request read again from its parked connection.
+func (d *DataPlane) serve(w http.ResponseWriter, r *http.Request, released bool) {
 	route, ok := d.table.Load().Lookup(r.Host, r.URL.Path)
 	if !ok {
 		d.opts.Metrics.notFound.Inc()
@@ -275,7 +331,11 @@ func (d *DataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a := route.Value
 	if up := a.pick(); up != nil {
-		d.opts.Metrics.proxied.Inc()
+		if released {
+			d.opts.Metrics.released.Inc()
+		} else {
+			d.opts.Metrics.proxied.Inc()
+		}
 		up.ServeHTTP(w, r)
 		return
 	}
@@ -344,6 +404,9 @@ func (d *DataPlane) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		return
 	}
 	start := time.Now()
+	if d.park(w, r, a, start, timeout) {
+		return
+	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
@@ -439,11 +502,15 @@ func (d *DataPlane) probeLoop(a *app) {
 			delete(inflight, res.addr)
 			if res.ready {
 				a.mu.Lock()
-				if slices.ContainsFunc(a.all, func(e Endpoint) bool { return e.Addr == res.addr }) && !a.probed[res.addr] {
+				changed := slices.ContainsFunc(a.all, func(e Endpoint) bool { return e.Addr == res.addr }) && !a.probed[res.addr]
+				if changed {
 					a.probed[res.addr] = true
 					d.rebuildLocked(a)
 				}
 				a.mu.Unlock()
+				if changed {
+					d.releaseParked(a)
+				}
 			}
 		case <-t.C:
 		}

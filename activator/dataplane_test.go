@@ -42,12 +42,25 @@ var shopHello = routing.Key{Namespace: "shop", Name: "hello"}
 // rig is a DataPlane behind a real HTTP server, routing hello.test to shop/hello.
 func rig(t *testing.T, opts DataPlaneOptions, cfg AppConfig) (*DataPlane, string, *recorder) {
 	t.Helper()
+	return rigProtocols(t, opts, cfg, false)
+}
+
+// rigProtocols is rig, serving h2c as well when h2c is set (as Run does).
+func rigProtocols(t *testing.T, opts DataPlaneOptions, cfg AppConfig, h2c bool) (*DataPlane, string, *recorder) {
+	t.Helper()
 	rec := &recorder{}
 	opts.Pusher = rec
 	dp := NewDataPlane(opts)
 	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}, Value: cfg}})
-	srv := httptest.NewServer(dp)
+	srv := httptest.NewUnstartedServer(dp)
+	if h2c {
+		srv.Config.Protocols = new(http.Protocols)
+		srv.Config.Protocols.SetHTTP1(true)
+		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
+	t.Cleanup(dp.Close)
 	return dp, srv.URL, rec
 }
 

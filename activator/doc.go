@@ -26,6 +26,20 @@
 // <suffix>/placeholder: "true", a GET with Accept: text/html during a cold
 // start gets a small self-refreshing page (503) and counts as held for 2 s.
 //
+// # Holding
+//
+// A held HTTP/1.x request costs no goroutine, net/http buffers or timer
+// (park.go): its connection is hijacked, its head kept as bytes, its
+// deadline in one heap under one timer, and the client hanging up is seen
+// by one epoll set watching EPOLLRDHUP, so the body is never read and a
+// client that leaves mid-body frees its slot at once. On release, timeout
+// or deletion the connection goes to the DataPlane's re-entry server, which
+// reads the head again and answers it as a warm request would be answered
+// (or 504/503), keeping the connection alive. h2c streams, and every
+// request on platforms without epoll, wait in their handler instead.
+// Run calls DataPlane.Shutdown after the data server's, since the latter
+// does not track hijacked connections.
+//
 // # Metrics
 //
 //	| name                                        | type      | labels          |

@@ -170,6 +170,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := data.Shutdown(shutCtx); err != nil {
 		data.Close()
 	}
+	dp.Shutdown(shutCtx) // held HTTP/1.x connections are hijacked: data.Shutdown does not wait for them
 	admin.Close()
 	return runErr
 }

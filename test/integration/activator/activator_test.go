@@ -22,6 +22,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
+	"github.com/gorilla/websocket"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/test/cluster"
@@ -370,5 +376,88 @@ func TestActivator(t *testing.T) {
 		if err != nil || len(got) != 2 {
 			t.Errorf("after scale-down: slices %d (%v), want both instances'", len(got), err)
 		}
+	})
+
+	t.Run("gRPC and WebSocket held at the ClusterIP, answered once a pod is ready", func(t *testing.T) {
+		if len(appPods(t, "hello")) != 0 {
+			t.Fatal("the app is not at zero")
+		}
+		// kube-proxy may still send new connections to the pod that just
+		// stopped: wait until every connection lands on an activator (an
+		// unknown host gets its 404 at once).
+		probe := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		if err := cluster.WaitFor(ctx, 30*time.Second, "the ClusterIP routes only to activators", func(ctx context.Context) (bool, error) {
+			for range 8 {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+svc.Spec.ClusterIP+"/", nil)
+				req.Host = "nobody.invalid"
+				resp, err := probe.Do(req)
+				if err != nil {
+					return false, nil
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		const host = "hello.shop.svc.cluster.local"
+		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		grpcDone := make(chan error, 1)
+		go func() {
+			conn, err := grpc.NewClient("passthrough:///"+svc.Spec.ClusterIP+":80", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority(host))
+			if err != nil {
+				grpcDone <- err
+				return
+			}
+			defer conn.Close()
+			var trailer metadata.MD
+			resp, err := healthpb.NewHealthClient(conn).Check(metadata.AppendToOutgoingContext(rctx, "ebb-echo", "cold"), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+			switch {
+			case err != nil:
+				grpcDone <- fmt.Errorf("Health.Check: %w", err)
+			case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING || fmt.Sprint(trailer.Get("ebb-echo")) != "[cold]":
+				grpcDone <- fmt.Errorf("Health.Check: status %v, trailer ebb-echo %q; want SERVING and [cold]", resp.GetStatus(), trailer.Get("ebb-echo"))
+			default:
+				grpcDone <- nil
+			}
+		}()
+		wsDone := make(chan error, 1)
+		go func() {
+			c, resp, err := (&websocket.Dialer{}).DialContext(rctx, "ws://"+svc.Spec.ClusterIP+"/ws", http.Header{"Host": {host}})
+			if err != nil {
+				wsDone <- fmt.Errorf("WebSocket dial: %w (response %v)", err, resp)
+				return
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if err := c.WriteMessage(websocket.TextMessage, []byte("cold hello")); err != nil {
+				wsDone <- err
+				return
+			}
+			_, b, err := c.ReadMessage()
+			if err == nil && string(b) != "cold hello" {
+				err = fmt.Errorf("WebSocket echo %q, want %q", b, "cold hello")
+			}
+			wsDone <- err
+		}()
+		select {
+		case err := <-grpcDone:
+			t.Fatalf("gRPC answered while at zero: %v", err)
+		case err := <-wsDone:
+			t.Fatalf("WebSocket answered while at zero: %v", err)
+		case <-time.After(time.Second):
+		}
+		start := time.Now()
+		scale(t, "hello", 1)
+		for name, ch := range map[string]chan error{"gRPC": grpcDone, "WebSocket": wsDone} {
+			if err := <-ch; err != nil {
+				t.Errorf("%s: %v\n%s", name, err, podLogs(t, "ebb-system"))
+			}
+		}
+		t.Logf("held gRPC call and WebSocket answered %s after the scale-up", time.Since(start).Round(time.Millisecond))
 	})
 }

@@ -1,0 +1,257 @@
+package activator
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// echoApp answers "<method> <path> <host> <body>".
+func echoApp(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "%s %s %s %s", r.Method, r.URL.Path, r.Host, b)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+func dialRaw(t *testing.T, url string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type answer struct {
+	Code int
+	Body string
+}
+
+// readAnswers reads n responses from c.
+func readAnswers(t *testing.T, c net.Conn, n int) []answer {
+	t.Helper()
+	br := bufio.NewReader(c)
+	var out []answer
+	for range n {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", len(out)+1, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("response %d body: %v", len(out)+1, err)
+		}
+		out = append(out, answer{resp.StatusCode, string(b)})
+	}
+	return out
+}
+
+// A held request whose body is still being sent, or fully sent but unread,
+// frees its slot the moment its client hangs up, not at the timeout.
+func TestClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
+	for name, raw := range map[string]string{
+		"body partly sent":  "POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 5000),
+		"body fully sent":   "POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 5\r\n\r\nhello",
+		"chunked, unended":  "POST / HTTP/1.1\r\nHost: hello.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+		"no body (control)": "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dp, url, rec := rig(t, DataPlaneOptions{ColdStartTimeout: time.Minute}, AppConfig{})
+			c := dialRaw(t, url)
+			io.WriteString(c, raw)
+			waitHeld(t, dp, 1)
+			start := time.Now()
+			c.Close()
+			waitHeld(t, dp, 0)
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("slot freed %s after the client left", took)
+			}
+			if d := cmp.Diff([]int64{1, 0}, rec.values()); d != "" {
+				t.Errorf("pushes (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// The same over h2c: the stream's reset frees the slot.
+func TestH2CClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
+	dp, url, _ := rigProtocols(t, DataPlaneOptions{ColdStartTimeout: time.Minute}, AppConfig{}, true)
+	tr := &http.Transport{}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, pr)
+	req.Host = "hello.test"
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	go pw.Write([]byte("part of a body"))
+	waitHeld(t, dp, 1)
+	start := time.Now()
+	cancel()
+	waitHeld(t, dp, 0)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("slot freed %s after the client left", took)
+	}
+	if err := <-errc; err == nil {
+		t.Error("the canceled request got an answer")
+	}
+}
+
+// Held requests keep their body, the requests pipelined behind them, and
+// their connection: after the release both are answered in order and the
+// connection serves a third.
+func TestHeldBodyAndPipelinedRequestReleasedInOrder(t *testing.T) {
+	dp, url, rec := rig(t, DataPlaneOptions{}, AppConfig{})
+	c := dialRaw(t, url)
+	io.WriteString(c, "POST /one HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 5\r\n\r\nhello"+
+		"POST /two HTTP/1.1\r\nHost: hello.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+	waitHeld(t, dp, 1)
+	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	got := readAnswers(t, c, 2)
+	io.WriteString(c, "GET /three HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+	got = append(got, readAnswers(t, c, 1)...)
+	want := []answer{{200, "POST /one hello.test hello"}, {200, "POST /two hello.test abc"}, {200, "GET /three hello.test "}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("answers (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]int64{1, 0}, rec.values()); d != "" {
+		t.Errorf("pushes (-want +got):\n%s", d)
+	}
+}
+
+// A body sent while the request is held, after the head, is forwarded too.
+func TestBodySentWhileHeldIsForwarded(t *testing.T) {
+	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	c := dialRaw(t, url)
+	io.WriteString(c, "PUT /x HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 10\r\n\r\n01234")
+	waitHeld(t, dp, 1)
+	io.WriteString(c, "56789")
+	time.Sleep(20 * time.Millisecond)
+	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	if d := cmp.Diff([]answer{{200, "PUT /x hello.test 0123456789"}}, readAnswers(t, c, 1)); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+// The cold-start timeout of a held request with a body is a 504 on a
+// connection that stays usable.
+func TestHeldWithBodyTimesOutKeepingConnection(t *testing.T) {
+	dp, url, _ := rig(t, DataPlaneOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{})
+	c := dialRaw(t, url)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 5\r\n\r\nhello")
+	got := readAnswers(t, c, 1)
+	if got[0].Code != http.StatusGatewayTimeout || !strings.Contains(got[0].Body, "app shop/hello had no ready pod after 1") {
+		t.Errorf("got %+v, want 504 naming the app and the wait", got[0])
+	}
+	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	io.WriteString(c, "GET /after HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+	if d := cmp.Diff([]answer{{200, "GET /after hello.test "}}, readAnswers(t, c, 1)); d != "" {
+		t.Errorf("next request on the connection (-want +got):\n%s", d)
+	}
+}
+
+// HTTP/1.0 requests are held and released as HTTP/1.0.
+func TestHeldHTTP10(t *testing.T) {
+	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	c := dialRaw(t, url)
+	io.WriteString(c, "GET /old HTTP/1.0\r\nHost: hello.test\r\n\r\n")
+	waitHeld(t, dp, 1)
+	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	b, err := io.ReadAll(c) // HTTP/1.0 without keep-alive: closed after the answer
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "HTTP/1.0 200 OK\r\n") || !strings.HasSuffix(string(b), "GET /old hello.test ") {
+		t.Errorf("got %q", b)
+	}
+}
+
+// Shutdown waits for held requests, then closes those still held.
+func TestShutdownClosesHeldAfterDeadline(t *testing.T) {
+	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	c := dialRaw(t, url)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+	waitHeld(t, dp, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	dp.Shutdown(ctx)
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Errorf("Shutdown returned after %s, before its deadline, with a request held", took)
+	}
+	if dp.Held() != 0 {
+		t.Errorf("held %d after Shutdown", dp.Held())
+	}
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Errorf("the held connection is still open (read %d bytes)", n)
+	}
+}
+
+func TestAppendHeadRoundTrips(t *testing.T) {
+	for name, raw := range map[string]string{
+		"get":             "GET /a?b=c HTTP/1.1\r\nHost: h.test:8080\r\nAccept: */*\r\nX-Multi: 1\r\nX-Multi: 2\r\n\r\n",
+		"content-length":  "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc",
+		"chunked trailer": "POST /p HTTP/1.1\r\nHost: h\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Sum: 9\r\n\r\n",
+		"absolute form":   "GET http://other.test/x HTTP/1.1\r\nHost: h\r\n\r\n",
+		"http/1.0":        "GET / HTTP/1.0\r\n\r\n",
+		"upgrade":         "GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-Websocket-Key: k\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			read := func(s string) (*http.Request, string) {
+				r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(s)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(r.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r, string(b)
+			}
+			orig, origBody := read(raw)
+			again, againBody := read(string(appendHead(nil, orig)) + raw[strings.Index(raw, "\r\n\r\n")+4:])
+			type view struct {
+				Method, RequestURI, Proto, Host, Body string
+				Header, Trailer                       http.Header
+				TE                                    []string
+				Len                                   int64
+				Close                                 bool
+			}
+			v := func(r *http.Request, body string) view {
+				return view{r.Method, r.RequestURI, r.Proto, r.Host, body, r.Header, r.Trailer, r.TransferEncoding, r.ContentLength, r.Close}
+			}
+			if d := cmp.Diff(v(orig, origBody), v(again, againBody)); d != "" {
+				t.Errorf("read again (-orig +again):\n%s", d)
+			}
+		})
+	}
+}
