@@ -52,16 +52,21 @@ func rigProtocols(t *testing.T, opts DataPlaneOptions, cfg AppConfig, h2c bool) 
 	opts.Pusher = rec
 	dp := NewDataPlane(opts)
 	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}, Value: cfg}})
-	srv := httptest.NewUnstartedServer(dp)
+	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	if h2c {
-		srv.Config.Protocols = new(http.Protocols)
-		srv.Config.Protocols.SetHTTP1(true)
-		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
-	srv.Start()
-	t.Cleanup(srv.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := NewDataServer(dp, srv)
+	go ds.Serve(ln)
+	t.Cleanup(func() { ds.Close() })
 	t.Cleanup(dp.Close)
-	return dp, srv.URL, rec
+	return dp, "http://" + ln.Addr().String(), rec
 }
 
 func testApp(t *testing.T, name string) string {

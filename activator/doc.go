@@ -2,8 +2,13 @@
 // ready pod, tells the scaler at once (internal/holdpush), and forwards the
 // held requests the moment a pod is ready, probing not-ready sidecars'
 // /ready so it does not wait on EndpointSlice propagation. Warm requests
-// that still reach it are proxied straight through (HTTP/1.1, WebSocket,
-// SSE, h2c/gRPC; one reverse proxy per upstream, one shared buffer pool).
+// that still reach it are proxied straight through, round robin over the
+// app's ready endpoints and never counted as held: HTTP/1.1 (WebSocket and
+// SSE included) by the hand-written engine of package internal/proxy
+// (DataServer: one keep-alive pool per endpoint, built once, dropped with
+// the endpoint), anything else by net/http, to which the DataServer hands
+// the connection (h2c/gRPC, held requests, 404s; one reverse proxy per
+// upstream, one shared buffer pool).
 //
 // Its parts: the DataPlane (routing by package routing, bounded per-app hold
 // queues, cold-start timeouts, placeholder page), the sources that feed it

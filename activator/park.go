@@ -83,11 +83,13 @@ func (pk *parking) start() error {
 			pk.startErr = err
 			return
 		}
+		pk.mu.Lock() // releaseParked and shutdown read these under pk.mu
 		pk.poll = poll
 		pk.byTok = map[uint64]*parked{}
 		pk.lists = map[*app]*parked{}
 		pk.timer = time.AfterFunc(time.Hour, pk.expire)
 		pk.timer.Stop()
+		pk.mu.Unlock()
 		pk.re = newReentry()
 		pk.srv = &http.Server{
 			Handler:           http.HandlerFunc(pk.d.serveReentered),

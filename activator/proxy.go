@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	h1 "github.com/ebb-dev/ebb/internal/proxy"
 )
 
 // bufferPool is the one buffer pool every reverse proxy shares.
@@ -23,11 +25,13 @@ func (b *bufferPool) Get() []byte {
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
-// upstream is one app endpoint (a sidecar's data port) with its reverse
-// proxies, built once and shared by every request to it: one for HTTP/1.1
-// (WebSocket upgrades included) and one for h2c (gRPC).
+// upstream is one app endpoint (a sidecar's data port) with its proxies,
+// built once and shared by every request to it: the keep-alive pool of the
+// HTTP/1.1 engine (warm requests, DataServer), and reverse proxies for what
+// net/http serves (released held requests, h2c and gRPC).
 type upstream struct {
 	addr   string
+	pool   *h1.Upstream
 	h1, h2 *httputil.ReverseProxy
 }
 
@@ -73,16 +77,18 @@ func (p *proxies) get(addr string) *upstream {
 	if u, ok := p.m.Load(addr); ok {
 		return u.(*upstream)
 	}
-	u := &upstream{addr: addr, h1: p.reverseProxy(addr, p.h1), h2: p.reverseProxy(addr, p.h2)}
+	u := &upstream{addr: addr, pool: h1.NewUpstream(addr), h1: p.reverseProxy(addr, p.h1), h2: p.reverseProxy(addr, p.h2)}
 	actual, _ := p.m.LoadOrStore(addr, u)
 	return actual.(*upstream)
 }
 
-// forget drops the upstreams not in keep.
+// forget drops the upstreams not in keep and closes their pooled
+// connections (those in use close when their exchange ends).
 func (p *proxies) forget(keep map[string]bool) {
-	p.m.Range(func(k, _ any) bool {
+	p.m.Range(func(k, v any) bool {
 		if !keep[k.(string)] {
 			p.m.Delete(k)
+			v.(*upstream).pool.CloseIdle(time.Now(), 0)
 		}
 		return true
 	})

@@ -148,7 +148,8 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("listen on %s: %w", opts.AdminListen, err)
 	}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- serve(data, dataLn, "data") }()
+	dataSrv := NewDataServer(dp, data)
+	go func() { serveErr <- serveData(dataSrv, dataLn) }()
 	go func() { serveErr <- serve(admin, adminLn, "admin") }()
 
 	if opts.LeaderElection {
@@ -167,12 +168,19 @@ func Run(ctx context.Context, opts Options) error {
 	close(draining)
 	shutCtx, cancel := context.WithTimeout(context.Background(), opts.DrainTimeout)
 	defer cancel()
-	if err := data.Shutdown(shutCtx); err != nil {
-		data.Close()
+	if err := dataSrv.Shutdown(shutCtx); err != nil {
+		dataSrv.Close()
 	}
 	dp.Shutdown(shutCtx) // held HTTP/1.x connections are hijacked: data.Shutdown does not wait for them
 	admin.Close()
 	return runErr
+}
+
+func serveData(s *DataServer, ln net.Listener) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("data server: %w", err)
+	}
+	return nil
 }
 
 func serve(s *http.Server, ln net.Listener, what string) error {

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+
+	h1 "github.com/ebb-dev/ebb/internal/proxy"
 )
 
 // h2cServer serves the connections that start with the HTTP/2 preface
@@ -22,12 +24,12 @@ type h2cServer struct {
 func newH2CServer(p *proxy) *h2cServer {
 	var up http.Protocols
 	up.SetUnencryptedHTTP2(true)
-	dialer := &net.Dialer{Timeout: p.up.dialer.Timeout, KeepAlive: -1}
+	dialer := &net.Dialer{Timeout: h1.DialTimeout, KeepAlive: -1}
 	tr := &http.Transport{
 		Protocols:           &up,
 		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     upstreamIdleTimeout,
+		IdleConnTimeout:     h1.UpstreamIdleTimeout,
 	}
 	errLog := slog.NewLogLogger(logr.ToSlogHandler(p.log), slog.LevelDebug)
 	rp := &httputil.ReverseProxy{

@@ -108,7 +108,7 @@ func readRaw(br *bufio.Reader) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	code, _ := parseStatus(line[9:12])
+	code := atoi(line[9:12])
 	cl := 0
 	for {
 		line, err = br.ReadSlice('\n')
@@ -119,9 +119,8 @@ func readRaw(br *bufio.Reader) (int, error) {
 		if len(l) == 0 {
 			break
 		}
-		if len(l) > 16 && eqFold(l[:15], "content-length:") {
-			n, _ := parseLength(trimOWS(l[15:]))
-			cl = int(n)
+		if len(l) > 16 && bytes.EqualFold(l[:15], []byte("content-length:")) {
+			cl = atoi(bytes.TrimLeft(l[15:], " \t"))
 		}
 	}
 	_, err = br.Discard(cl)
@@ -129,3 +128,15 @@ func readRaw(br *bufio.Reader) (int, error) {
 }
 
 var _ = io.EOF
+
+// atoi parses the leading decimal digits of b, without allocating.
+func atoi(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}

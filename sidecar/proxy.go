@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	h1 "github.com/ebb-dev/ebb/internal/proxy"
 )
 
 // counters are the per-pod request counters the scaler reads.
@@ -19,13 +21,15 @@ type counters struct {
 	on       bool
 }
 
-// proxy serves client connections: HTTP/1.1 itself, h2c by hand-off to the
-// h2c server.
+// proxy serves client connections: HTTP/1.1 with the engine of package
+// internal/proxy (it is the engine's Handler), h2c by hand-off to the h2c
+// server.
 type proxy struct {
 	opts           Options
+	engine         h1.Options
 	log            logr.Logger
 	cnt            *counters
-	up             *upstream
+	up             *h1.Upstream
 	h2             *h2cServer
 	upstreamErrors atomic.Uint64
 	openConns      atomic.Int64
@@ -34,17 +38,23 @@ type proxy struct {
 
 	mu       sync.Mutex
 	stopping bool
-	live     map[*clientConn]struct{}
+	live     map[*h1.Conn]bool // value: waiting for a request head
 	wg       sync.WaitGroup
 }
 
 func newProxy(opts Options, log logr.Logger) *proxy {
 	p := &proxy{
 		opts: opts,
+		engine: h1.Options{
+			Name:           "ebb-sidecar",
+			HeaderTimeout:  opts.HeaderTimeout,
+			IdleTimeout:    opts.IdleTimeout,
+			MaxHeaderBytes: opts.MaxHeaderBytes,
+		},
 		log:  log,
 		cnt:  &counters{on: opts.Counting},
-		up:   newUpstream(opts.Upstream),
-		live: make(map[*clientConn]struct{}),
+		up:   h1.NewUpstream(opts.Upstream),
+		live: make(map[*h1.Conn]bool),
 	}
 	p.h2 = newH2CServer(p)
 	return p
@@ -74,9 +84,9 @@ func (p *proxy) serve(ln *net.TCPListener) error {
 
 func (p *proxy) serveConn(c *net.TCPConn) {
 	defer p.wg.Done()
-	cc := p.newClientConn(c)
+	cc := h1.NewConn(c, &p.engine, p)
 	if !p.track(cc, true) {
-		cc.release()
+		cc.Release()
 		c.Close()
 		return
 	}
@@ -87,24 +97,44 @@ func (p *proxy) serveConn(c *net.TCPConn) {
 			h2 = nil
 		}
 		p.track(cc, false)
-		cc.release()
+		cc.Release()
 		if h2 == nil || !p.h2.handOff(h2) {
 			c.Close()
 		}
 	}()
-	h2 = cc.serve()
+	h2 = cc.Serve()
+}
+
+// ServeRequest counts and proxies one request (h1.Handler).
+func (p *proxy) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
+	if p.cnt.on && !rq.Probe() {
+		p.cnt.inFlight.Add(1)
+		p.cnt.total.Add(1)
+		defer p.cnt.inFlight.Add(-1)
+	}
+	return cc.RoundTrip(p.up, rq)
+}
+
+// Draining reports whether responses close their connection (h1.Handler).
+func (p *proxy) Draining() bool { return p.draining.Load() }
+
+// BadGateway counts and logs an app that is not answering (h1.Handler).
+func (p *proxy) BadGateway(_ *h1.Upstream, err error) string {
+	p.upstreamErrors.Add(1)
+	p.log.V(1).Info("the app is not answering", "upstream", p.opts.Upstream, "error", err.Error())
+	return "ebb-sidecar: the app is not answering on its port (" + p.opts.Upstream + "): " + err.Error()
 }
 
 // track adds or removes a live connection; it refuses new ones once the
 // proxy stops.
-func (p *proxy) track(cc *clientConn, add bool) bool {
+func (p *proxy) track(cc *h1.Conn, add bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if add {
 		if p.stopping {
 			return false
 		}
-		p.live[cc] = struct{}{}
+		p.live[cc] = false
 		p.openConns.Add(1)
 		return true
 	}
@@ -113,12 +143,15 @@ func (p *proxy) track(cc *clientConn, add bool) bool {
 	return true
 }
 
-// setIdle marks a connection as waiting for a request (or not); it returns
-// false once the proxy stops, and the connection should close.
-func (p *proxy) setIdle(cc *clientConn, idle bool) bool {
+// SetIdle marks a connection as waiting for a request (or not); it returns
+// false once the proxy stops, and the connection should close
+// (h1.Handler).
+func (p *proxy) SetIdle(cc *h1.Conn, idle bool) bool {
 	p.mu.Lock()
 	ok := !p.stopping
-	cc.idle = idle
+	if _, live := p.live[cc]; live {
+		p.live[cc] = idle
+	}
 	p.mu.Unlock()
 	return ok
 }
@@ -128,9 +161,9 @@ func (p *proxy) setIdle(cc *clientConn, idle bool) bool {
 func (p *proxy) stop() {
 	p.mu.Lock()
 	p.stopping = true
-	for cc := range p.live {
-		if cc.idle {
-			cc.c.SetReadDeadline(time.Unix(1, 0))
+	for cc, idle := range p.live {
+		if idle {
+			cc.NetConn().SetReadDeadline(time.Unix(1, 0))
 		}
 	}
 	p.mu.Unlock()
@@ -140,7 +173,7 @@ func (p *proxy) stop() {
 func (p *proxy) closeAll() {
 	p.mu.Lock()
 	for cc := range p.live {
-		cc.c.Close()
+		cc.NetConn().Close()
 	}
 	p.mu.Unlock()
 }

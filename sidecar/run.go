@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	h1 "github.com/ebb-dev/ebb/internal/proxy"
 )
 
 // Run serves until ctx is cancelled, then drains (see the package doc) and
@@ -105,7 +107,7 @@ func (s *server) run(ctx context.Context) error {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	}()
-	janitor := time.NewTicker(upstreamIdleTimeout / 3)
+	janitor := time.NewTicker(h1.UpstreamIdleTimeout / 3)
 	defer janitor.Stop()
 	s.log.Info("serving", "listen", s.ln.Addr().String(), "upstream", s.opts.Upstream,
 		"admin", s.adminLn.Addr().String(), "counting", s.opts.Counting)
@@ -114,7 +116,7 @@ func (s *server) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return s.drain()
 		case now := <-janitor.C:
-			s.p.up.closeIdle(now, upstreamIdleTimeout)
+			s.p.up.CloseIdle(now, h1.UpstreamIdleTimeout)
 		case err := <-errc:
 			s.ln.Close()
 			s.admin.Close()
@@ -150,7 +152,7 @@ func (s *server) drain() error {
 		p.h2.srv.Close()
 		p.waitConns(time.Now().Add(time.Second))
 	}
-	p.up.closeIdle(time.Now(), 0)
+	p.up.CloseIdle(time.Now(), 0)
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	s.admin.Shutdown(actx)
 	acancel()

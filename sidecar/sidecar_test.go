@@ -157,9 +157,7 @@ func TestProxiesHTTP1KeepAlive(t *testing.T) {
 		t.Errorf("client connection reused %d times, want 4", reused)
 	}
 	pooled := func() int {
-		r.s.p.up.mu.Lock()
-		defer r.s.p.up.mu.Unlock()
-		return len(r.s.p.up.idle)
+		return r.s.p.up.Idle()
 	}
 	time.Sleep(20 * time.Millisecond) // the connection goes back to the pool after the response
 	if got := pooled(); got != 1 {

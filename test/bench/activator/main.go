@@ -99,8 +99,13 @@ func child(path string) error {
 			}
 		}()
 	}
-	srv := &http.Server{Addr: cfg.Listen, Handler: dp, ReadHeaderTimeout: 10 * time.Second}
-	return srv.ListenAndServe()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	// As Run serves it: warm HTTP/1.1 by the engine, the rest by net/http.
+	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
+	return activator.NewDataServer(dp, srv).Serve(ln)
 }
 
 type procs struct {

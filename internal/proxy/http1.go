@@ -1,4 +1,4 @@
-package sidecar
+package proxy
 
 import (
 	"bufio"
@@ -34,8 +34,9 @@ var (
 
 var clientReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, clientBufSize) }}
 
-// request is what the proxy needs to know about one request head.
-type request struct {
+// Request is what the engine knows about one request head; it is valid
+// while the Handler serves it.
+type Request struct {
 	http10     bool
 	isHead     bool
 	chunked    bool
@@ -49,7 +50,10 @@ type request struct {
 	cl         int64
 }
 
-func (rq *request) hasBody() bool { return rq.chunked || rq.cl > 0 }
+func (rq *Request) hasBody() bool { return rq.chunked || rq.cl > 0 }
+
+// Probe reports whether the User-Agent starts with "kube-probe/".
+func (rq *Request) Probe() bool { return rq.probe }
 
 // response is what the proxy needs to know about one response head.
 type response struct {
@@ -59,54 +63,108 @@ type response struct {
 	upstreamClose bool
 }
 
-// clientConn is one client connection served by the HTTP/1.1 proxy.
-type clientConn struct {
-	p       *proxy
+// Options tune the engine; every connection of a server shares them.
+type Options struct {
+	// Name prefixes the bodies of the answers the engine writes itself
+	// ("ebb-sidecar").
+	Name string
+	// HeaderTimeout bounds the reading of a request head once its first
+	// byte arrived.
+	HeaderTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections and bounds each read
+	// and write of a stalled body.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes: larger request heads get 431.
+	MaxHeaderBytes int
+	// KeepRaw keeps each request head as received so that Conn.HandOff can
+	// give the connection, request included, to another server.
+	KeepRaw bool
+	// Forwarded sets X-Forwarded-Host and X-Forwarded-Proto (http) and drops
+	// the client's Forwarded, X-Forwarded-Host and X-Forwarded-Proto, as
+	// httputil.ProxyRequest.SetXForwarded does; X-Forwarded-For is appended
+	// to either way.
+	Forwarded bool
+}
+
+// Handler is what a server built on the engine decides.
+type Handler interface {
+	// ServeRequest serves one request whose head was parsed: it returns
+	// c.RoundTrip(up, rq), or c.HandOff() to give the connection away. It
+	// reports whether the connection may carry another request.
+	ServeRequest(c *Conn, rq *Request) bool
+	// SetIdle marks c as waiting for a request head (or not); false means
+	// the server stops and c should close.
+	SetIdle(c *Conn, idle bool) bool
+	// Draining reports whether responses should close their connection.
+	Draining() bool
+	// BadGateway returns the body of the 502 answered when up could not be
+	// reached or answered garbage (and counts or logs it).
+	BadGateway(up *Upstream, err error) string
+}
+
+// Conn is one client connection served by the HTTP/1.1 engine.
+type Conn struct {
+	o       *Options
+	h       Handler
 	c       *net.TCPConn
 	br      *bufio.Reader
 	out     []byte // request head (and small body) for the app
 	resp    []byte // response head (and small body) for the client
 	line    []byte // scratch for header lines longer than br's buffer
+	raw     []byte // the request head as received, with Options.KeepRaw
+	host    []byte // Host header value of the request
+	target  [2]int // the request target in out
+	handoff net.Conn
+	rq      Request
 	xff     []byte // X-Forwarded-For values of the request
 	hop     []byte // extra hop-by-hop header names, comma separated
 	ip      []byte // client IP, computed once
 	f       framing
 	now     time.Time
 	wdl     time.Time // current write deadline
-	idle    bool      // waiting for a request head; guarded by p.mu
 	sent1xx bool      // a 1xx response of the current request went out
 	req     int       // requests served on this connection
 }
 
-func (p *proxy) newClientConn(c *net.TCPConn) *clientConn {
+// NewConn returns the engine for client connection c; call Serve, then
+// Release.
+func NewConn(c *net.TCPConn, o *Options, h Handler) *Conn {
 	br := clientReaders.Get().(*bufio.Reader)
 	br.Reset(c)
-	cc := &clientConn{p: p, c: c, br: br, out: make([]byte, 0, 512), resp: make([]byte, 0, 512)}
+	cc := &Conn{o: o, h: h, c: c, br: br, out: make([]byte, 0, 512), resp: make([]byte, 0, 512)}
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cc.ip = a.AddrPort().Addr().Unmap().AppendTo(nil)
 	}
 	return cc
 }
 
-func (cc *clientConn) release() {
+// NetConn is the client connection.
+func (cc *Conn) NetConn() *net.TCPConn { return cc.c }
+
+// Release returns the connection's buffers; call it once Serve returned.
+func (cc *Conn) Release() {
 	cc.br.Reset(nil)
 	clientReaders.Put(cc.br)
 	cc.br = nil
 }
 
-// serve runs the connection's request loop. It returns a connection to hand
-// over to the h2c server, or nil when the connection is done.
-func (cc *clientConn) serve() net.Conn {
-	p := cc.p
+// Serve runs the connection's request loop. It returns a connection to
+// hand over to another server (h2c prior knowledge, or Conn.HandOff), with
+// what was already read put back in front, or nil when the connection is
+// done.
+func (cc *Conn) Serve() net.Conn {
 	for {
 		if !cc.waitRequest() {
 			return nil
 		}
-		var rq request
-		code, err := cc.readRequest(&rq)
+		// In the Conn, not on the stack: passed through the Handler
+		// interface, it would escape (one allocation per request).
+		rq := &cc.rq
+		*rq = Request{}
+		code, err := cc.readRequest(rq)
 		if err != nil {
 			if err == errH2Preface && cc.req == 0 {
-				return cc.handOff()
+				return cc.handOffH2()
 			}
 			if code != 0 {
 				cc.writeError(code, err.Error())
@@ -114,43 +172,64 @@ func (cc *clientConn) serve() net.Conn {
 			return nil
 		}
 		cc.req++
-		if !p.serveRequest(cc, &rq) {
-			return nil
+		if !cc.h.ServeRequest(cc, rq) {
+			return cc.handoff
 		}
 	}
 }
 
 // waitRequest waits, within the idle timeout, for the first byte of the next
 // request and then gives the client the header timeout to send the rest.
-func (cc *clientConn) waitRequest() bool {
-	p := cc.p
+func (cc *Conn) waitRequest() bool {
 	cc.now = time.Now()
 	if cc.br.Buffered() == 0 {
-		// Deadline first: stop() may set an earlier one right after setIdle.
-		cc.c.SetReadDeadline(cc.now.Add(p.opts.IdleTimeout))
-		if !p.setIdle(cc, true) {
+		// Deadline first: a stopping server may set an earlier one right
+		// after SetIdle.
+		cc.c.SetReadDeadline(cc.now.Add(cc.o.IdleTimeout))
+		if !cc.h.SetIdle(cc, true) {
 			return false
 		}
 		_, err := cc.br.Peek(1)
-		if !p.setIdle(cc, false) || err != nil {
+		if !cc.h.SetIdle(cc, false) || err != nil {
 			return false
 		}
 		cc.now = time.Now()
 	}
-	cc.c.SetReadDeadline(cc.now.Add(p.opts.HeaderTimeout))
+	cc.c.SetReadDeadline(cc.now.Add(cc.o.HeaderTimeout))
 	return true
 }
 
-// handOff returns the connection, with what was already read put back in
-// front, for the h2c server.
-func (cc *clientConn) handOff() net.Conn {
+// handOffH2 returns the connection, with what was already read put back in
+// front, for an h2c server.
+func (cc *Conn) handOffH2() net.Conn {
+	return cc.detach([]byte("PRI * HTTP/2.0\r\n"))
+}
+
+// HandOff ends the engine's service of the connection: Serve then returns
+// it with the current request head as received (Options.KeepRaw must be
+// set) and everything read after it put back in front, for another server
+// to serve. It returns false, for ServeRequest to return.
+func (cc *Conn) HandOff() bool {
+	cc.handoff = cc.detach(cc.raw)
+	return false
+}
+
+func (cc *Conn) detach(head []byte) net.Conn {
 	buffered, _ := cc.br.Peek(cc.br.Buffered())
-	prefix := make([]byte, 0, 16+len(buffered))
-	prefix = append(prefix, "PRI * HTTP/2.0\r\n"...)
+	prefix := make([]byte, 0, len(head)+len(buffered))
+	prefix = append(prefix, head...)
 	prefix = append(prefix, buffered...)
+	cc.br.Discard(len(buffered))
 	cc.c.SetReadDeadline(time.Time{})
+	cc.c.SetWriteDeadline(time.Time{})
 	return &prefixConn{TCPConn: cc.c, prefix: prefix}
 }
+
+// Host is the request's Host header value (empty without one).
+func (cc *Conn) Host() []byte { return cc.host }
+
+// Target is the request target as received.
+func (cc *Conn) Target() []byte { return cc.out[cc.target[0]:cc.target[1]] }
 
 // readLine returns the next line without its line ending, valid until the
 // next read. budget is what is left of the head's size limit.
@@ -191,11 +270,13 @@ func (e badRequest) Error() string { return string(e) }
 // readRequest parses a request head into rq and writes the head to send to
 // the app into cc.out. On error it returns the status to answer with (0 to
 // just close).
-func (cc *clientConn) readRequest(rq *request) (int, error) {
-	budget := cc.p.opts.MaxHeaderBytes
+func (cc *Conn) readRequest(rq *Request) (int, error) {
+	budget := cc.o.MaxHeaderBytes
 	rq.cl = -1
 	var line []byte
 	var err error
+	keepRaw := cc.o.KeepRaw
+	cc.host = cc.host[:0]
 	for blank := 0; ; blank++ {
 		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
 		if err != nil {
@@ -240,8 +321,13 @@ func (cc *clientConn) readRequest(rq *request) (int, error) {
 		rq.isHead = true
 		rq.idempotent = true
 	case "CONNECT":
-		return 405, badRequest("CONNECT is not supported by ebb-sidecar")
+		return 405, badRequest("CONNECT is not supported by " + cc.o.Name)
 	}
+	if keepRaw {
+		cc.raw = append(cc.raw[:0], line...)
+		cc.raw = append(cc.raw, '\r', '\n')
+	}
+	cc.target = [2]int{sp1 + 1, sp2}
 	out := append(cc.out[:0], line...)
 	out = append(out, '\r', '\n')
 	cc.xff = cc.xff[:0]
@@ -251,6 +337,10 @@ func (cc *clientConn) readRequest(rq *request) (int, error) {
 		if err != nil {
 			cc.out = out
 			return headErrorCode(err), err
+		}
+		if keepRaw {
+			cc.raw = append(cc.raw, line...)
+			cc.raw = append(cc.raw, '\r', '\n')
 		}
 		if len(line) == 0 {
 			break
@@ -274,11 +364,14 @@ func (cc *clientConn) readRequest(rq *request) (int, error) {
 					return 400, badRequest("more than one Host header")
 				}
 				rq.host = true
+				cc.host = append(cc.host, value...)
 			}
 		case 7:
 			if eqFold(name, "upgrade") {
 				rq.hasUpgrade = true
 			}
+		case 9:
+			drop = cc.o.Forwarded && eqFold(name, "forwarded")
 		case 10:
 			switch {
 			case eqFold(name, "connection"):
@@ -306,8 +399,9 @@ func (cc *clientConn) readRequest(rq *request) (int, error) {
 				cc.xff = append(cc.xff, value...)
 			}
 		case 16:
-			drop = eqFold(name, "proxy-connection")
+			drop = eqFold(name, "proxy-connection") || cc.o.Forwarded && eqFold(name, "x-forwarded-host")
 		case 17:
+			drop = cc.o.Forwarded && eqFold(name, "x-forwarded-proto")
 			if eqFold(name, "transfer-encoding") {
 				if rq.chunked {
 					return 400, badRequest("more than one Transfer-Encoding header")
@@ -344,6 +438,14 @@ func (cc *clientConn) readRequest(rq *request) (int, error) {
 	}
 	out = append(out, cc.ip...)
 	out = append(out, '\r', '\n')
+	if cc.o.Forwarded {
+		if rq.host {
+			out = append(out, "X-Forwarded-Host: "...)
+			out = append(out, cc.host...)
+			out = append(out, '\r', '\n')
+		}
+		out = append(out, "X-Forwarded-Proto: http\r\n"...)
+	}
 	rq.upgrade = rq.upgrade && rq.hasUpgrade
 	if rq.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
@@ -360,7 +462,7 @@ func headErrorCode(err error) int {
 }
 
 // connectionTokens reads the Connection header's tokens into rq.
-func (cc *clientConn) connectionTokens(v []byte, rq *request) {
+func (cc *Conn) connectionTokens(v []byte, rq *Request) {
 	for len(v) > 0 {
 		var tok []byte
 		if i := bytes.IndexByte(v, ','); i >= 0 {
@@ -410,20 +512,11 @@ func dropHeaders(head, names []byte) []byte {
 	return out
 }
 
-// serveRequest proxies one request; it reports whether the client
-// connection may carry another.
-func (p *proxy) serveRequest(cc *clientConn, rq *request) bool {
-	if p.cnt.on && !rq.probe {
-		p.cnt.inFlight.Add(1)
-		p.cnt.total.Add(1)
-		defer p.cnt.inFlight.Add(-1)
-	}
-	return p.roundTrip(cc, rq)
-}
-
-// roundTrip sends the request in cc.out to the app and copies the response
-// back to the client.
-func (p *proxy) roundTrip(cc *clientConn, rq *request) bool {
+// RoundTrip sends the request to up and copies the response back to the
+// client; it reports whether the client connection may carry another
+// request. A 101 response turns the connection into a byte tunnel until
+// both sides are done.
+func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 	// A request body that is already in the buffer and small goes out with
 	// the head, in one write, and can be sent again on a fresh connection.
 	inline := false
@@ -442,12 +535,12 @@ func (p *proxy) roundTrip(cc *clientConn, rq *request) bool {
 		var reused bool
 		var err error
 		if attempt == 0 {
-			uc, reused, err = p.up.get(cc.now)
+			uc, reused, err = up.get(cc.now)
 		} else {
-			uc, err = p.up.dial()
+			uc, err = up.dial()
 		}
 		if err != nil {
-			return p.badGateway(cc, rq, err)
+			return cc.badGateway(up, rq, err)
 		}
 		_, err = uc.c.Write(cc.out)
 		writeFailed := err != nil
@@ -474,10 +567,10 @@ func (p *proxy) roundTrip(cc *clientConn, rq *request) bool {
 		if cc.sent1xx { // too late for a 502
 			return false
 		}
-		return p.badGateway(cc, rq, err)
+		return cc.badGateway(up, rq, err)
 	}
 
-	keep := !rq.closeAfter && !p.draining.Load()
+	keep := !rq.closeAfter && !cc.h.Draining()
 	if rs.code == 101 {
 		if bodyDone != nil {
 			if err := <-bodyDone; err != nil {
@@ -485,7 +578,7 @@ func (p *proxy) roundTrip(cc *clientConn, rq *request) bool {
 				return false
 			}
 		}
-		p.tunnel(cc, uc)
+		cc.tunnel(uc)
 		return false
 	}
 	f := &cc.f
@@ -534,7 +627,7 @@ func (p *proxy) roundTrip(cc *clientConn, rq *request) bool {
 	if rs.upstreamClose || rq.http10 {
 		uc.close()
 	} else {
-		p.up.put(uc, cc.now)
+		up.put(uc, cc.now)
 	}
 	return keep
 }
@@ -548,7 +641,7 @@ func isConnClosedErr(err error) bool {
 // startRequestBody streams the request body from the client to the app in
 // its own goroutine (the app may answer while it still reads) and reports
 // the outcome on the returned channel.
-func (cc *clientConn) startRequestBody(dst *net.TCPConn, chunked bool, length int64) chan error {
+func (cc *Conn) startRequestBody(dst *net.TCPConn, chunked bool, length int64) chan error {
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
@@ -575,8 +668,8 @@ func (cc *clientConn) startRequestBody(dst *net.TCPConn, chunked bool, length in
 // piece is written as soon as it arrives (so streams are flushed as they
 // come). When readConn is set, each blocking read from it gets the idle
 // timeout.
-func (cc *clientConn) pump(dst *net.TCPConn, src *bufio.Reader, pre []byte, f *framing, readConn *net.TCPConn) error {
-	timeout := cc.p.opts.IdleTimeout
+func (cc *Conn) pump(dst *net.TCPConn, src *bufio.Reader, pre []byte, f *framing, readConn *net.TCPConn) error {
+	timeout := cc.o.IdleTimeout
 	pending := pre
 	for !f.done() {
 		if src.Buffered() == 0 {
@@ -631,9 +724,9 @@ func (cc *clientConn) pump(dst *net.TCPConn, src *bufio.Reader, pre []byte, f *f
 
 // write writes b to dst; writes to the client carry the idle timeout,
 // renewed when half of it is used up so that not every write pays for it.
-func (cc *clientConn) write(dst *net.TCPConn, b []byte) error {
+func (cc *Conn) write(dst *net.TCPConn, b []byte) error {
 	if dst == cc.c {
-		timeout := cc.p.opts.IdleTimeout
+		timeout := cc.o.IdleTimeout
 		if cc.wdl.Sub(cc.now) < timeout/2 {
 			cc.wdl = time.Now().Add(timeout)
 			cc.c.SetWriteDeadline(cc.wdl)
@@ -646,7 +739,7 @@ func (cc *clientConn) write(dst *net.TCPConn, b []byte) error {
 // readResponseHead reads the next response head from the app into cc.resp
 // (without the final empty line), forwarding and skipping 1xx heads other
 // than 101.
-func (cc *clientConn) readResponseHead(br *bufio.Reader, rs *response) error {
+func (cc *Conn) readResponseHead(br *bufio.Reader, rs *response) error {
 	cc.resp = cc.resp[:0]
 	for {
 		if err := cc.readOneResponseHead(br, rs); err != nil {
@@ -665,7 +758,7 @@ func (cc *clientConn) readResponseHead(br *bufio.Reader, rs *response) error {
 	}
 }
 
-func (cc *clientConn) readOneResponseHead(br *bufio.Reader, rs *response) error {
+func (cc *Conn) readOneResponseHead(br *bufio.Reader, rs *response) error {
 	*rs = response{cl: -1}
 	budget := maxResponseHead
 	line, err := readLine(br, &cc.line, &budget, errBadResponse)
@@ -741,7 +834,7 @@ func (cc *clientConn) readOneResponseHead(br *bufio.Reader, rs *response) error 
 
 // tunnel connects client and app byte for byte after a 101 until both sides
 // are done; it counts as in flight all along.
-func (p *proxy) tunnel(cc *clientConn, uc *upConn) {
+func (cc *Conn) tunnel(uc *upConn) {
 	defer uc.close()
 	cc.c.SetReadDeadline(time.Time{})
 	cc.c.SetWriteDeadline(time.Time{})
@@ -776,13 +869,11 @@ func splice(dst *net.TCPConn, br *bufio.Reader, src *net.TCPConn) {
 	}
 }
 
-// badGateway answers 502 because the app could not be reached or answered
-// garbage.
-func (p *proxy) badGateway(cc *clientConn, rq *request, err error) bool {
-	p.upstreamErrors.Add(1)
-	p.log.V(1).Info("the app is not answering", "upstream", p.opts.Upstream, "error", err.Error())
-	keep := !rq.hasBody() && !rq.closeAfter && !p.draining.Load()
-	msg := "ebb-sidecar: the app is not answering on its port (" + p.opts.Upstream + "): " + err.Error() + "\n"
+// badGateway answers 502 because the upstream could not be reached or
+// answered garbage.
+func (cc *Conn) badGateway(up *Upstream, rq *Request, err error) bool {
+	keep := !rq.hasBody() && !rq.closeAfter && !cc.h.Draining()
+	msg := cc.h.BadGateway(up, err) + "\n"
 	cc.writeResponse(502, msg, keep)
 	if !keep {
 		cc.closeGently()
@@ -794,18 +885,18 @@ func (p *proxy) badGateway(cc *clientConn, rq *request, err error) bool {
 // connection gently: it half-closes and reads what the client still sends
 // for a while, so that the kernel does not reset the connection (and lose
 // the answer) because of unread bytes.
-func (cc *clientConn) writeError(code int, msg string) {
-	cc.writeResponse(code, "ebb-sidecar: "+msg+"\n", false)
+func (cc *Conn) writeError(code int, msg string) {
+	cc.writeResponse(code, cc.o.Name+": "+msg+"\n", false)
 	cc.closeGently()
 }
 
-func (cc *clientConn) closeGently() {
+func (cc *Conn) closeGently() {
 	cc.c.CloseWrite()
 	cc.c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	io.Copy(io.Discard, io.LimitReader(cc.c, 256<<10))
 }
 
-func (cc *clientConn) writeResponse(code int, body string, keep bool) {
+func (cc *Conn) writeResponse(code int, body string, keep bool) {
 	b := cc.resp[:0]
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
@@ -818,7 +909,7 @@ func (cc *clientConn) writeResponse(code int, body string, keep bool) {
 	}
 	b = append(b, "\r\n\r\n"...)
 	b = append(b, body...)
-	cc.c.SetWriteDeadline(time.Now().Add(cc.p.opts.HeaderTimeout))
+	cc.c.SetWriteDeadline(time.Now().Add(cc.o.HeaderTimeout))
 	cc.wdl = time.Time{}
 	cc.c.Write(b)
 	cc.resp = b[:0]

@@ -1,4 +1,4 @@
-package sidecar
+package proxy
 
 import (
 	"bufio"
@@ -9,11 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func parseHead(raw string, maxHeader int) (*clientConn, request, int, error) {
-	o := DefaultOptions()
-	o.MaxHeaderBytes = maxHeader
-	cc := &clientConn{p: &proxy{opts: o}, br: bufio.NewReaderSize(strings.NewReader(raw), clientBufSize), ip: []byte("10.0.0.9")}
-	var rq request
+func parseHead(raw string, maxHeader int) (*Conn, Request, int, error) {
+	return parseHeadWith(raw, Options{Name: "ebb-test", MaxHeaderBytes: maxHeader})
+}
+
+func parseHeadWith(raw string, o Options) (*Conn, Request, int, error) {
+	cc := &Conn{o: &o, br: bufio.NewReaderSize(strings.NewReader(raw), clientBufSize), ip: []byte("10.0.0.9")}
+	var rq Request
 	code, err := cc.readRequest(&rq)
 	return cc, rq, code, err
 }
@@ -29,8 +31,8 @@ func TestReadRequestRewritesHead(t *testing.T) {
 	if diff := cmp.Diff(want, string(cc.out)); diff != "" {
 		t.Errorf("head for the app (-want +got):\n%s", diff)
 	}
-	wantRq := request{host: true, upgrade: true, hasUpgrade: true, closeAfter: true, probe: true, cl: 3}
-	if diff := cmp.Diff(wantRq, rq, cmp.AllowUnexported(request{})); diff != "" {
+	wantRq := Request{host: true, upgrade: true, hasUpgrade: true, closeAfter: true, probe: true, cl: 3}
+	if diff := cmp.Diff(wantRq, rq, cmp.AllowUnexported(Request{})); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
 }
@@ -121,4 +123,24 @@ func FuzzReadRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestReadRequestKeepRawAndForwarded(t *testing.T) {
+	raw := "GET /a%20b?x HTTP/1.1\nHost: h.test\r\nForwarded: for=1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\n\r\nNEXT"
+	cc, _, _, err := parseHeadWith(raw, Options{Name: "ebb-test", MaxHeaderBytes: 4096, KeepRaw: true, Forwarded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOut := "GET /a%20b?x HTTP/1.1\r\nHost: h.test\r\nX-Forwarded-For: 10.0.0.9\r\nX-Forwarded-Host: h.test\r\nX-Forwarded-Proto: http\r\n\r\n"
+	if diff := cmp.Diff(wantOut, string(cc.out)); diff != "" {
+		t.Errorf("head for the upstream (-want +got):\n%s", diff)
+	}
+	// The head as received (line endings made CRLF), for a hand-off.
+	wantRaw := "GET /a%20b?x HTTP/1.1\r\nHost: h.test\r\nForwarded: for=1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\n\r\n"
+	if diff := cmp.Diff(wantRaw, string(cc.raw)); diff != "" {
+		t.Errorf("raw head (-want +got):\n%s", diff)
+	}
+	if got := string(cc.Host()) + " " + string(cc.Target()); got != "h.test /a%20b?x" {
+		t.Errorf("host and target: %q", got)
+	}
 }

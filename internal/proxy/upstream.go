@@ -1,4 +1,4 @@
-package sidecar
+package proxy
 
 import (
 	"bufio"
@@ -11,14 +11,17 @@ import (
 const (
 	upstreamBufSize = 16 << 10
 	// checkAfter is how long a pooled connection may sit idle before it is
-	// checked (one non-blocking peek) for having been closed by the app.
+	// checked (one non-blocking peek) for having been closed by the upstream.
 	checkAfter = time.Second
-	// upstreamIdleTimeout closes pooled connections unused this long.
-	upstreamIdleTimeout = 90 * time.Second
-	maxIdleUpstream     = 1024
+	// UpstreamIdleTimeout is how long a pooled connection may stay unused;
+	// callers close older ones with CloseIdle.
+	UpstreamIdleTimeout = 90 * time.Second
+	// DialTimeout bounds connecting to an upstream.
+	DialTimeout     = 2 * time.Second
+	maxIdleUpstream = 1024
 )
 
-// upConn is one pooled connection to the app.
+// upConn is one pooled connection to an upstream.
 type upConn struct {
 	c        *net.TCPConn
 	br       *bufio.Reader
@@ -27,9 +30,10 @@ type upConn struct {
 
 func (uc *upConn) close() { uc.c.Close() }
 
-// upstream is the one connection pool to the app, built once per sidecar. It
-// is a LIFO stack so that a few warm connections carry most requests.
-type upstream struct {
+// Upstream is the keep-alive connection pool to one upstream address, built
+// once and shared by every request to it. It is a LIFO stack so that a few
+// warm connections carry most requests.
+type Upstream struct {
 	addr   string
 	dialer net.Dialer
 	mu     sync.Mutex
@@ -37,17 +41,29 @@ type upstream struct {
 	closed bool
 }
 
-func newUpstream(addr string) *upstream {
-	return &upstream{
+// NewUpstream returns an empty pool for addr (host:port).
+func NewUpstream(addr string) *Upstream {
+	return &Upstream{
 		addr: addr,
-		// Loopback: no TCP keep-alive probes, a short connect timeout.
-		dialer: net.Dialer{Timeout: 2 * time.Second, KeepAlive: -1},
+		// Loopback or pod network: no TCP keep-alive probes, a short
+		// connect timeout.
+		dialer: net.Dialer{Timeout: DialTimeout, KeepAlive: -1},
 		idle:   make([]*upConn, 0, 64),
 	}
 }
 
+// Addr is the upstream's host:port.
+func (u *Upstream) Addr() string { return u.addr }
+
+// Idle is the number of pooled connections.
+func (u *Upstream) Idle() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.idle)
+}
+
 // get returns a pooled connection (reused=true) or a new one.
-func (u *upstream) get(now time.Time) (uc *upConn, reused bool, err error) {
+func (u *Upstream) get(now time.Time) (uc *upConn, reused bool, err error) {
 	u.mu.Lock()
 	for n := len(u.idle); n > 0; n = len(u.idle) {
 		uc = u.idle[n-1]
@@ -69,7 +85,7 @@ func (u *upstream) get(now time.Time) (uc *upConn, reused bool, err error) {
 	return uc, false, err
 }
 
-func (u *upstream) dial() (*upConn, error) {
+func (u *Upstream) dial() (*upConn, error) {
 	c, err := u.dialer.Dial("tcp", u.addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the app: %w", err)
@@ -83,7 +99,7 @@ func (u *upstream) dial() (*upConn, error) {
 }
 
 // put returns a connection whose last response was read completely.
-func (u *upstream) put(uc *upConn, now time.Time) {
+func (u *Upstream) put(uc *upConn, now time.Time) {
 	if uc.br.Buffered() > 0 { // bytes nobody asked for: do not trust it
 		uc.close()
 		return
@@ -99,9 +115,10 @@ func (u *upstream) put(uc *upConn, now time.Time) {
 	u.mu.Unlock()
 }
 
-// closeIdle closes pooled connections idle for longer than maxIdle; with
-// maxIdle 0 it closes them all and refuses later puts.
-func (u *upstream) closeIdle(now time.Time, maxIdle time.Duration) {
+// CloseIdle closes pooled connections idle for longer than maxIdle; with
+// maxIdle 0 it closes them all and refuses later puts (connections in use
+// close when their exchange ends).
+func (u *Upstream) CloseIdle(now time.Time, maxIdle time.Duration) {
 	u.mu.Lock()
 	keep := u.idle[:0]
 	var drop []*upConn

@@ -1,4 +1,4 @@
-package sidecar
+package proxy
 
 // trimOWS removes optional white space (SP, HTAB) around a header value.
 func trimOWS(b []byte) []byte {
