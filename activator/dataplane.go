@@ -294,7 +294,7 @@ func (d *DataPlane) rebuildLocked(a *app) {
 	}
 	a.eps.Store(set)
 	if len(set.ready) > 0 && !a.coldSince.IsZero() {
-		d.opts.Metrics.coldStart.Observe(time.Since(a.coldSince).Seconds())
+		d.opts.Metrics.coldStart.WithLabelValues(a.key.Namespace, a.key.Name).Observe(time.Since(a.coldSince).Seconds())
 		a.coldSince = time.Time{}
 	}
 	close(a.wake)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ebb-dev/ebb/activator/routing"
 	"github.com/ebb-dev/ebb/internal/holdpush"
@@ -299,5 +300,37 @@ func TestBadRequestHeadsAnswered(t *testing.T) {
 		if !strings.HasPrefix(string(b[:n]), "HTTP/1.1 4") {
 			t.Errorf("%s: got %q, want a 4xx", name, b[:n])
 		}
+	}
+}
+
+// TestColdStartObservedPerApp: the cold-start histogram carries the app, so
+// dashboards show each app's cold starts and their duration.
+func TestColdStartObservedPerApp(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	dp, url, _ := rig(t, DataPlaneOptions{Metrics: NewMetrics(reg)}, AppConfig{})
+	done := make(chan struct{})
+	go func() { do(t, t.Context(), url, "hello.test"); close(done) }()
+	waitHeld(t, dp, 1)
+	dp.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	<-done
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range families {
+		if f.GetName() != metricColdStart {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got = append(got, fmt.Sprintf("%s/%s count=%d", labels["namespace"], labels["app"], m.GetHistogram().GetSampleCount()))
+		}
+	}
+	if d := cmp.Diff([]string{"shop/hello count=1"}, got); d != "" {
+		t.Errorf("%s (-want +got):\n%s", metricColdStart, d)
 	}
 }

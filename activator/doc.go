@@ -50,7 +50,7 @@
 //	| name                                        | type      | labels          |
 //	|---------------------------------------------|-----------|-----------------|
 //	| ebb_activator_held_requests                 | gauge     | namespace, app  |
-//	| ebb_activator_cold_start_duration_seconds   | histogram | —               |
+//	| ebb_activator_cold_start_duration_seconds   | histogram | namespace, app  |
 //	| ebb_activator_cold_start_timeouts_total     | counter   | namespace, app  |
 //	| ebb_activator_queue_full_total              | counter   | namespace, app  |
 //	| ebb_activator_requests_total                | counter   | outcome         |

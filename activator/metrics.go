@@ -18,7 +18,7 @@ const (
 // Metrics are the activator's Prometheus metrics, registered on one registry.
 type Metrics struct {
 	held      *prometheus.GaugeVec
-	coldStart prometheus.Histogram
+	coldStart *prometheus.HistogramVec
 	timeouts  *prometheus.CounterVec
 	queueFull *prometheus.CounterVec
 	routes    prometheus.Gauge
@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricRequests, Help: "Requests by outcome: proxied (warm), released (held, then forwarded), not_found, rejected (queue full), timeout, canceled (client left while held), placeholder."}, []string{"outcome"})
 	m := &Metrics{
 		held:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricHeld, Help: "Requests held now, per app: what the scaler adds to the sidecars' in-flight."}, appLabels),
-		coldStart: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricColdStart, Help: "From the first request held for an app at zero to the first ready pod.", Buckets: []float64{.05, .1, .25, .5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300}}),
+		coldStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStart, Help: "From the first request held for an app at zero to the first ready pod, per app.", Buckets: []float64{.05, .1, .25, .5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300}}, appLabels),
 		timeouts:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricTimeouts, Help: "Held requests answered 504 after the cold-start timeout, per app."}, appLabels),
 		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricQueueFull, Help: "Requests answered 503 because the app's hold queue or the global cap was full, per app."}, appLabels),
 		routes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: metricRoutes, Help: "AppRoutes in the routing table this replica serves."}),
