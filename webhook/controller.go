@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -18,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -27,11 +31,15 @@ import (
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
-// The RBAC the webhook needs, generated into config/rbac.
+// The RBAC the webhook needs, generated into config/rbac. The controller
+// watches Deployments (their pod templates make the AppRoutes), Namespaces
+// (their labels opt apps in), Services and EndpointSlices (status); it gets
+// other instances' MutatingWebhookConfigurations to see whether one is
+// installed. The admission handler reads nothing.
 //
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments;replicasets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -40,39 +48,117 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=ebb-system
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=ebb-system
 
-// routeReconciler keeps every AppRoute the webhook registered in step with
-// its Deployment's pod template, deletes it when the app opts out, and
-// computes its status from the Service and its EndpointSlices. It never
-// creates a route for a Deployment none of whose pods was admitted: the
-// admission of the first pod does that, so only the instance that injected
-// the sidecar routes the app.
+// routeReconciler keeps one AppRoute per routed Deployment in step with its
+// pod template, deletes it when the app opts out, and computes its status
+// from the Service and its EndpointSlices. This instance routes a
+// Deployment when its namespace is labelled <suffix>/inject=enabled, its pod
+// template carries <suffix>/app, and no other installed ebb instance whose
+// webhook the API server calls first also selects its pods (that instance
+// injects the sidecar, so it routes the app): see injectors. It creates the
+// AppRoute whatever the replica count, so a Deployment created at zero is
+// routed before its first pod exists.
 type routeReconciler struct {
 	routes   *routes
 	recorder events.EventRecorder
 	log      logr.Logger
 }
 
-func (r *routeReconciler) setup(mgr ctrl.Manager) error {
+// appIndex indexes Deployments by the value of their pod template's
+// <suffix>/app label.
+const appIndex = "ebb.spec.template.metadata.labels.app"
+
+// recheckOtherInstance is how often a Deployment that another instance's
+// labels also select is checked again, should that instance be installed
+// or removed (the webhook does not watch webhook configurations).
+const recheckOtherInstance = time.Minute
+
+func newRouteReconciler(rts *routes, recorder events.EventRecorder, log logr.Logger) *routeReconciler {
+	return &routeReconciler{routes: rts, recorder: recorder, log: log}
+}
+
+func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	names := r.routes.names
-	byRoute := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		route, ok := o.(*routingv1alpha1.AppRoute)
-		if !ok || route.Spec.ScaleTargetRef.Name == "" {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &appsv1.Deployment{}, appIndex, func(o client.Object) []string {
+		d, ok := o.(*appsv1.Deployment)
+		if !ok {
 			return nil
 		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: route.Namespace, Name: route.Spec.ScaleTargetRef.Name}}}
-	})
+		if app, ok := d.Spec.Template.Labels[names.AppLabel()]; ok {
+			return []string{app}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index Deployments by %s: %w", names.AppLabel(), err)
+	}
+	// Deployment status changes (replica counts) do not change the route.
+	specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("approute_"+strings.NewReplacer(".", "_", "-", "_").Replace(names.Suffix())).
-		For(&appsv1.Deployment{}).
-		Watches(&routingv1alpha1.AppRoute{}, byRoute).
+		For(&appsv1.Deployment{}, specChanged).
+		// Another Deployment claiming the same app name may win or lose the
+		// AppRoute when this one changes or goes.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			app, ok := o.(*appsv1.Deployment).Spec.Template.Labels[names.AppLabel()]
+			if !ok {
+				return nil
+			}
+			return r.claimants(ctx, o.GetNamespace(), app, o.GetName())
+		}), specChanged).
+		Watches(&routingv1alpha1.AppRoute{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			route, ok := o.(*routingv1alpha1.AppRoute)
+			if !ok {
+				return nil
+			}
+			reqs := r.claimants(ctx, route.Namespace, route.Name, "")
+			if route.Spec.ScaleTargetRef.Name != "" {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: route.Namespace, Name: route.Spec.ScaleTargetRef.Name}})
+			}
+			return reqs
+		})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace(func(*routingv1alpha1.AppRoute, client.Object) bool { return true }))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace(func(route *routingv1alpha1.AppRoute, o client.Object) bool {
 			return route.Spec.Service.Name != "" && o.GetLabels()[discoveryv1.LabelServiceName] == route.Spec.Service.Name
 		}))).
+		// Labelling a namespace routes its apps; unlabelling it, or
+		// labelling it for another instance called first, removes them.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return r.enqueueRoutes(ctx, o.GetName(), nil, nil)
-		})).
+			return append(r.appsInNamespace(ctx, o.GetName()), r.enqueueRoutes(ctx, o.GetName(), nil, nil)...)
+		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
+}
+
+// claimants are the Deployments of namespace whose pod template names app,
+// except the one named except.
+func (r *routeReconciler) claimants(ctx context.Context, namespace, app, except string) []reconcile.Request {
+	var list appsv1.DeploymentList
+	if err := r.routes.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{appIndex: app}, client.UnsafeDisableDeepCopy); err != nil {
+		r.log.Error(err, "list Deployments by app", "namespace", namespace, "app", app)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if list.Items[i].Name != except {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: list.Items[i].Name}})
+		}
+	}
+	return reqs
+}
+
+// appsInNamespace are the Deployments of namespace whose pod template
+// carries this instance's app label.
+func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string) []reconcile.Request {
+	var list appsv1.DeploymentList
+	if err := r.routes.client.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		r.log.Error(err, "list Deployments", "namespace", namespace)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if _, ok := list.Items[i].Spec.Template.Labels[r.routes.names.AppLabel()]; ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: list.Items[i].Name}})
+		}
+	}
+	return reqs
 }
 
 // routesInNamespace maps an object to the Deployments of the AppRoutes in
@@ -99,6 +185,77 @@ func (r *routeReconciler) enqueueRoutes(ctx context.Context, ns string, o client
 	return reqs
 }
 
+// decision is whether this instance routes a Deployment, and if not why.
+type decision struct {
+	routes bool
+	why    string
+	// recheck is set when another instance's labels select the pods too.
+	recheck time.Duration
+}
+
+// decide applies the routing rule (see routeReconciler) to a pod template
+// in a namespace labelled nsLabels.
+func (r *routeReconciler) decide(ctx context.Context, nsLabels map[string]string, tmpl *corev1.PodTemplateSpec) (decision, error) {
+	names := r.routes.names
+	if nsLabels[names.InjectLabel()] != groupsuffix.InjectEnabled {
+		return decision{why: fmt.Sprintf("the namespace is not labelled %s=%s", names.InjectLabel(), groupsuffix.InjectEnabled)}, nil
+	}
+	if _, ok := tmpl.Labels[names.AppLabel()]; !ok {
+		return decision{why: "the pod template has no label " + names.AppLabel()}, nil
+	}
+	var d decision
+	for _, n := range injectors(nsLabels, tmpl.Labels) {
+		if n.Suffix() == names.Suffix() {
+			d.routes = true
+			return d, nil
+		}
+		d.recheck = recheckOtherInstance
+		var mwc admissionregistrationv1.MutatingWebhookConfiguration
+		err := r.routes.reader.Get(ctx, types.NamespacedName{Name: ConfigurationName(n)}, &mwc)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // labels alike, but no such instance is installed
+		case err != nil:
+			return d, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", ConfigurationName(n), err)
+		}
+		d.why = fmt.Sprintf("ebb instance %s injects these pods (its webhook %s is called before %s), so it routes them", n.Suffix(), ConfigurationName(n), ConfigurationName(names))
+		return d, nil
+	}
+	return d, errors.New("injectors left out this instance") // cannot happen: both labels were checked
+}
+
+// winner is the Deployment that gets the AppRoute of app among the
+// Deployments of the namespace this instance routes: the oldest, then by
+// name, so two Deployments with one app name never take it in turns.
+func (r *routeReconciler) winner(ctx context.Context, nsLabels map[string]string, d *appsv1.Deployment, app string) (string, error) {
+	var list appsv1.DeploymentList
+	if err := r.routes.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingFields{appIndex: app}); err != nil {
+		return "", fmt.Errorf("list Deployments of app %s in %s: %w", app, d.Namespace, err)
+	}
+	best := d
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == d.UID || !older(o, best) {
+			continue
+		}
+		dec, err := r.decide(ctx, nsLabels, &o.Spec.Template)
+		if err != nil {
+			return "", err
+		}
+		if dec.routes {
+			best = o
+		}
+	}
+	return best.Name, nil
+}
+
+func older(a, b *appsv1.Deployment) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
 // Reconcile handles one Deployment.
 func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	names := r.routes.names
@@ -109,22 +266,55 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	owned, err := r.ownedRoutes(ctx, &d)
-	if err != nil || len(owned) == 0 {
+	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if _, ok := d.Spec.Template.Labels[names.AppLabel()]; !ok && len(owned) == 0 {
+		return reconcile.Result{}, nil // not an app of this instance: the common case
 	}
 	var ns corev1.Namespace
 	if err := c.Get(ctx, types.NamespacedName{Name: d.Namespace}, &ns); err != nil {
 		return reconcile.Result{}, fmt.Errorf("get namespace %s: %w", d.Namespace, err)
 	}
-	if ns.Labels[names.InjectLabel()] != groupsuffix.InjectEnabled || d.Spec.Template.Labels[names.AppLabel()] == "" {
-		return reconcile.Result{}, r.deleteRoutes(ctx, owned, "the app opted out")
+	dec, err := r.decide(ctx, ns.Labels, &d.Spec.Template)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !dec.routes {
+		return reconcile.Result{RequeueAfter: dec.recheck}, r.deleteRoutes(ctx, owned, dec.why)
+	}
+	done := reconcile.Result{RequeueAfter: dec.recheck}
+
+	app := d.Spec.Template.Labels[names.AppLabel()]
+	winner, err := r.winner(ctx, ns.Labels, &d, app)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var stale []routingv1alpha1.AppRoute
+	for _, o := range owned {
+		if o.Name != app {
+			stale = append(stale, o)
+		}
+	}
+	if err := r.deleteRoutes(ctx, stale, "the app was renamed"); err != nil {
+		return reconcile.Result{}, err
+	}
+	if winner != d.Name {
+		// The route, if this Deployment still owns it, passes to the winner
+		// when the winner's reconcile applies it.
+		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "AppNameTaken", "SyncAppRoute",
+			"AppRoute %s routes Deployment %s, which claimed the app name first; give each Deployment its own %s label value", app, winner, names.AppLabel())
+		return done, nil
 	}
 
-	want, app, svc, err := r.routes.desired(ctx, &d)
+	want, appCfg, svc, err := r.routes.desired(ctx, &d)
 	var refusal *inject.RefusalError
 	if errors.As(err, &refusal) {
 		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "InvalidAnnotations", "SyncAppRoute", "%s", refusal.Error())
 		for i := range owned {
+			if owned[i].Name != app {
+				continue
+			}
 			st := owned[i].Status.DeepCopy()
 			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: routingv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 				Reason: "InvalidAnnotations", Message: refusal.Error(), ObservedGeneration: owned[i].Generation})
@@ -132,33 +322,29 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 				return reconcile.Result{}, err
 			}
 		}
-		return reconcile.Result{}, nil
+		return done, nil
 	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	var stale []routingv1alpha1.AppRoute
-	for _, o := range owned {
-		if o.Name != want.Name {
-			stale = append(stale, o)
-		}
-	}
-	if err := r.deleteRoutes(ctx, stale, "the app was renamed"); err != nil {
+	previous, err := r.routes.apply(ctx, want)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if _, err := r.routes.apply(ctx, want); err != nil {
-		return reconcile.Result{}, err
+	if previous != "" {
+		r.recorder.Eventf(&d, nil, corev1.EventTypeNormal, "AppRouteTakenOver", "SyncAppRoute",
+			"AppRoute %s routed Deployment %s and now routes this one", want.Name, previous)
 	}
 	var current routingv1alpha1.AppRoute
 	if err := c.Get(ctx, client.ObjectKeyFromObject(want), &current); err != nil {
 		// Not in the cache yet: the watch on AppRoutes brings us back.
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		return done, client.IgnoreNotFound(err)
 	}
-	st, err := r.status(ctx, &current, app, svc)
+	st, err := r.status(ctx, &current, appCfg, svc)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.applyStatus(ctx, &current, st)
+	return done, r.applyStatus(ctx, &current, st)
 }
 
 func (r *routeReconciler) ownedRoutes(ctx context.Context, d *appsv1.Deployment) ([]routingv1alpha1.AppRoute, error) {

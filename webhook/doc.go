@@ -1,7 +1,7 @@
 // Package webhook is ebb's control plane, served by ebb-webhook: the
-// admission webhook that injects the counting sidecar into opted-in pods and
-// registers each app's AppRoute, the controller that keeps AppRoutes in step
-// with their Deployments and fills their status, and the webhook's TLS
+// admission webhook that injects the counting sidecar into opted-in pods,
+// the controller that creates each app's AppRoute from its Deployment,
+// keeps it in step and fills its status, and the webhook's TLS
 // (certificate files reloaded on change, or a self-signed CA it manages).
 //
 // # Labels and annotations
@@ -26,9 +26,50 @@
 //
 // The AppRoute controller re-reads hosts, paths, port, service, queue-size
 // and cold-start-timeout from the Deployment's pod template, so a change
-// applies even while the app runs no pod. The AppRoute itself is created
-// when the first pod of the Deployment is admitted (not on a dry run), so
-// only the instance that injected the sidecar routes the app.
+// applies even while the app runs no pod.
+//
+// # Which Deployments get an AppRoute
+//
+// The AppRoute controller, not the admission of pods, registers apps: it
+// creates (server-side apply, field manager ebb-webhook, owned by the
+// Deployment) the AppRoute <app> of every Deployment that this instance
+// routes, whatever its replica count, so a Deployment created at zero (with
+// a KEDA ScaledObject) is routed before its first pod exists. It watches
+// Deployments and Namespaces: labelling a namespace later routes its apps;
+// removing the namespace label or the template's app label deletes the
+// AppRoutes it owns. The admission webhook only injects: it makes no API
+// call and writes nothing, dry run or not.
+//
+// This instance routes a Deployment when
+//
+//   - its namespace is labelled <suffix>/inject=enabled,
+//   - its pod template carries the label <suffix>/app, and
+//   - it is the instance that injects the Deployment's pods.
+//
+// Several instances may select the same pods: a namespace labelled for two
+// suffixes, a template carrying both app labels. The API server calls their
+// webhooks in the order of their configurations' names (sidecar-injector.<suffix>);
+// the first one injects the sidecar and every later one finds it and leaves
+// the pod alone, so a pod has exactly one sidecar. The controller follows the
+// same order: an instance recognises another by its labels
+// (<other>/inject=enabled on the namespace, <other>/app on the template) and,
+// if that instance's webhook configuration exists and sorts first, leaves
+// the app to it (and deletes its own AppRoute if it had one). So a
+// namespace labelled for ebb.dev and team1.example.com gets AppRoutes in
+// both groups, but each app in exactly one: an app labelled for one
+// instance is routed by that one, an app labelled for both by ebb.dev, whose
+// configuration sorts first. Each instance writes only its own group.
+// Another instance's configuration being installed or removed is noticed
+// at the next change of the Deployment or namespace, or within a minute.
+// One gap remains: if the first instance's webhook is down with
+// failurePolicy Ignore, the second injects pods the first still routes.
+//
+// Two Deployments of one namespace with the same app label value share one
+// AppRoute name: the older Deployment (then the first by name) keeps the
+// route, the other gets a Warning event AppNameTaken, and takes the route
+// over (Normal event AppRouteTakenOver) when the older one goes or is
+// renamed. Invalid annotations in a template give a Warning event
+// InvalidAnnotations and set the AppRoute's Ready condition to False.
 //
 // # TLS
 //

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -16,13 +15,12 @@ import (
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
-// podInjector answers pod admissions: it injects the sidecar and, unless the
-// request is a dry run, registers the app's AppRoute.
+// podInjector answers pod admissions: it injects the sidecar. It makes no
+// API call and writes nothing, dry run or not: the AppRoute controller
+// routes the app from its Deployment, before any pod is admitted.
 type podInjector struct {
 	cfg     inject.Config
 	decoder admission.Decoder
-	routes  *routes
-	log     logr.Logger
 }
 
 var _ admission.Handler = (*podInjector)(nil)
@@ -34,7 +32,11 @@ func (h *podInjector) Handle(ctx context.Context, req admission.Request) admissi
 	return resp
 }
 
-func (h *podInjector) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+// warnNoDeployment is the warning for a pod no ReplicaSet controls (one a
+// ReplicaSet controls is not checked further: that would cost a lookup).
+const warnNoDeployment = "no Deployment manages this pod, so ebb registers no AppRoute for it (ebb scales Deployments)"
+
+func (h *podInjector) handle(_ context.Context, req admission.Request) (admission.Response, string) {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed(""), resultUnchanged
 	}
@@ -54,45 +56,45 @@ func (h *podInjector) handle(ctx context.Context, req admission.Request) (admiss
 		// Already injected (by us on a reinvocation, or by another instance).
 		return admission.Allowed("").WithWarnings(warnings...), resultUnchanged
 	}
-	if pod.Namespace == "" { // the request's body may leave it out
-		pod.Namespace = req.Namespace
+	if (req.DryRun == nil || !*req.DryRun) && replicaSetOf(pod) == nil {
+		warnings = append(warnings, warnNoDeployment)
 	}
-	if req.DryRun == nil || !*req.DryRun {
-		if w := h.register(ctx, pod); w != "" {
-			warnings = append(warnings, w)
-		}
-	}
-	raw, err := json.Marshal(out)
+	orig, err := patchDoc(pod)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode injected pod: %w", err)), resultError
+		return admission.Errored(http.StatusInternalServerError, err), resultError
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(warnings...), resultInjected
+	injected, err := patchDoc(out)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultError
+	}
+	return admission.PatchResponseFromRaw(orig, injected).WithWarnings(warnings...), resultInjected
 }
 
-// register creates or updates the AppRoute of the pod's Deployment. It never
-// refuses the pod: a failure is logged, shown as a warning, and repaired by
-// the AppRoute controller at the Deployment's next change.
-func (h *podInjector) register(ctx context.Context, pod *corev1.Pod) string {
-	d, err := h.routes.deploymentOf(ctx, pod)
+// patchDocument holds what Inject changes in a pod, at its path in the pod:
+// the annotations, init containers and containers. controller-runtime
+// computes the JSON patch between the documents of the pod as decoded and
+// as injected, so the patch holds exactly Inject's changes (TestPatch
+// checks that it turns the request's pod into the injected one) and costs
+// about half as much as a diff of the request's raw pod with the whole
+// re-encoded pod. It leaves the rest of the pod as the API server sent it:
+// a field this build does not know survives, where that diff would remove it.
+type patchDocument struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations,omitempty"`
+	} `json:"metadata"`
+	Spec struct {
+		InitContainers []corev1.Container `json:"initContainers,omitempty"`
+		Containers     []corev1.Container `json:"containers"`
+	} `json:"spec"`
+}
+
+func patchDoc(pod *corev1.Pod) ([]byte, error) {
+	var d patchDocument
+	d.Metadata.Annotations = pod.Annotations
+	d.Spec.InitContainers, d.Spec.Containers = pod.Spec.InitContainers, pod.Spec.Containers
+	b, err := json.Marshal(&d)
 	if err != nil {
-		h.log.Error(err, "find the pod's Deployment", "namespace", pod.Namespace, "pod", pod.GenerateName+pod.Name)
-		return "ebb could not register the app's route: " + err.Error()
+		return nil, fmt.Errorf("encode pod for the patch: %w", err)
 	}
-	if d == nil {
-		return "no Deployment manages this pod, so ebb registers no AppRoute for it (ebb scales Deployments)"
-	}
-	want, _, _, err := h.routes.desired(ctx, d)
-	if err != nil {
-		h.log.Error(err, "derive AppRoute", "namespace", d.Namespace, "deployment", d.Name)
-		return fmt.Sprintf("ebb could not register the app's route from Deployment %s: %v", d.Name, err)
-	}
-	previous, err := h.routes.apply(ctx, want)
-	if err != nil {
-		h.log.Error(err, "register AppRoute", "namespace", d.Namespace, "deployment", d.Name)
-		return "ebb could not register the app's route: " + err.Error()
-	}
-	if previous != "" {
-		return fmt.Sprintf("AppRoute %s routed Deployment %s and now routes Deployment %s: give each Deployment its own %s label value", want.Name, previous, d.Name, h.routes.names.AppLabel())
-	}
-	return ""
+	return b, nil
 }

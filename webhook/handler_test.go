@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -44,13 +43,14 @@ func barePod() *corev1.Pod {
 func newInjector() *podInjector {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
-	return &podInjector{cfg: inject.DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), "test"), decoder: admission.NewDecoder(scheme), log: logr.Discard()}
+	return &podInjector{cfg: inject.DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), "test"), decoder: admission.NewDecoder(scheme)}
 }
 
-// TestHandleAnswers checks the admission answers a user sees for a pod that
-// no Deployment owns (so no AppRoute lookup is made).
+// TestHandleAnswers checks the admission answers a user sees. The handler
+// has no client: it makes no API call and writes nothing, dry run or not.
 func TestHandleAnswers(t *testing.T) {
 	h := newInjector()
+	owned := apiServerPod() // a ReplicaSet's: the AppRoute controller routes its Deployment
 	bad := barePod()
 	bad.Annotations = map[string]string{"ebb.dev/hosts": "Bad_Host"}
 	tests := []struct {
@@ -61,6 +61,8 @@ func TestHandleAnswers(t *testing.T) {
 		{"injects, warns that no route is registered", podRequest(t, barePod(), false),
 			[]any{true, int32(200), true, []string{"no Deployment manages this pod, so ebb registers no AppRoute for it (ebb scales Deployments)"}}},
 		{"dry run: injects, registers nothing, no warning", podRequest(t, barePod(), true),
+			[]any{true, int32(200), true, []string(nil)}},
+		{"a ReplicaSet's pod: injects, no warning", podRequest(t, owned, false),
 			[]any{true, int32(200), true, []string(nil)}},
 		{"refuses a bad annotation", podRequest(t, bad, false),
 			[]any{false, int32(403), false, []string(nil)}},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,51 +26,49 @@ import (
 // webhook writes.
 const FieldManager = "ebb-webhook"
 
-// routes derives AppRoutes from Deployments and applies them; the admission
-// handler and the AppRoute controller share it so they always agree.
+// routes derives AppRoutes from Deployments and applies them.
 type routes struct {
 	names  groupsuffix.Names
 	cfg    inject.Config
 	client client.Client // reads from the manager's cache
-	reader client.Reader // reads from the API server, for cache misses
+	reader client.Reader // reads from the API server: other instances' webhook configurations
 }
 
-// deploymentOf resolves pod → ReplicaSet → Deployment through controller
-// owner references. It returns nil when no Deployment manages the pod.
-func (r *routes) deploymentOf(ctx context.Context, pod *corev1.Pod) (*appsv1.Deployment, error) {
-	rsRef := metav1.GetControllerOf(pod)
-	if rsRef == nil || rsRef.Kind != "ReplicaSet" || rsRef.APIVersion != "apps/v1" {
-		return nil, nil
+// replicaSetOf returns the pod's controller reference when it is a
+// ReplicaSet (so a Deployment may manage the pod), else nil.
+func replicaSetOf(pod *corev1.Pod) *metav1.OwnerReference {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "ReplicaSet" || ref.APIVersion != "apps/v1" {
+		return nil
 	}
-	var rs appsv1.ReplicaSet
-	if err := r.get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: rsRef.Name}, &rs); err != nil {
-		return nil, fmt.Errorf("get ReplicaSet %s/%s: %w", pod.Namespace, rsRef.Name, err)
-	}
-	if rs.UID != rsRef.UID {
-		return nil, fmt.Errorf("ReplicaSet %s/%s: uid %s, the pod names %s", pod.Namespace, rsRef.Name, rs.UID, rsRef.UID)
-	}
-	dRef := metav1.GetControllerOf(&rs)
-	if dRef == nil || dRef.Kind != "Deployment" || dRef.APIVersion != "apps/v1" {
-		return nil, nil
-	}
-	var d appsv1.Deployment
-	if err := r.get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: dRef.Name}, &d); err != nil {
-		return nil, fmt.Errorf("get Deployment %s/%s: %w", pod.Namespace, dRef.Name, err)
-	}
-	if d.UID != dRef.UID {
-		return nil, fmt.Errorf("deployment %s/%s: uid %s, the ReplicaSet names %s", pod.Namespace, dRef.Name, d.UID, dRef.UID)
-	}
-	return &d, nil
+	return ref
 }
 
-// get reads from the cache and falls back to the API server: a ReplicaSet
-// made a moment ago may not be in the cache yet.
-func (r *routes) get(ctx context.Context, key types.NamespacedName, obj client.Object) error {
-	err := r.client.Get(ctx, key, obj, client.UnsafeDisableDeepCopy) // read only
-	if apierrors.IsNotFound(err) {
-		err = r.reader.Get(ctx, key, obj)
+// injectors lists the ebb instances whose webhooks take a pod labelled
+// podLabels in a namespace labelled nsLabels, in the order the API server
+// calls them: by MutatingWebhookConfiguration name, sidecar-injector.<suffix>.
+// An instance is known by the labels its webhook selects on:
+// <suffix>/inject=enabled on the namespace and <suffix>/app (any value) on
+// the pod. The first of them that is installed injects the sidecar; every
+// later one finds it and leaves the pod alone.
+func injectors(nsLabels, podLabels map[string]string) []groupsuffix.Names {
+	const injectKey = "/inject"
+	var out []groupsuffix.Names
+	for k, v := range nsLabels {
+		suffix, ok := strings.CutSuffix(k, injectKey)
+		if !ok || v != groupsuffix.InjectEnabled {
+			continue
+		}
+		n, err := groupsuffix.New(suffix)
+		if err != nil {
+			continue
+		}
+		if _, ok := podLabels[n.AppLabel()]; ok {
+			out = append(out, n)
+		}
 	}
-	return err
+	sort.Slice(out, func(i, j int) bool { return ConfigurationName(out[i]) < ConfigurationName(out[j]) })
+	return out
 }
 
 // desired is the AppRoute of d's pod template, with the Service it found
@@ -194,8 +193,8 @@ func reach(svc *corev1.Service, app inject.App, cfg inject.Config) reachability 
 
 // apply writes want's labels, owner and spec by server-side apply, unless
 // the cached AppRoute already has them. It returns the Deployment the route
-// pointed at before when that was another one (two Deployments with one app
-// name: the last one admitted wins).
+// pointed at before when that was another one (it went, or was renamed:
+// see routeReconciler.winner).
 func (r *routes) apply(ctx context.Context, want *routingv1alpha1.AppRoute) (string, error) {
 	var have routingv1alpha1.AppRoute
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(want), &have, client.UnsafeDisableDeepCopy) // read only

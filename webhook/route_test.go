@@ -66,3 +66,40 @@ func TestReach(t *testing.T) {
 		})
 	}
 }
+
+func TestInjectors(t *testing.T) {
+	suffixes := func(ns []groupsuffix.Names) []string {
+		var out []string
+		for _, n := range ns {
+			out = append(out, n.Suffix())
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		ns, pod   map[string]string
+		wantOrder []string
+	}{
+		{"one instance", map[string]string{"ebb.dev/inject": "enabled"}, map[string]string{"ebb.dev/app": "a"}, []string{"ebb.dev"}},
+		{"in webhook configuration name order",
+			map[string]string{"team1.example.com/inject": "enabled", "ebb.dev/inject": "enabled", "aaa.example.com/inject": "enabled"},
+			map[string]string{"ebb.dev/app": "a", "team1.example.com/app": "a", "aaa.example.com/app": "a"},
+			[]string{"aaa.example.com", "ebb.dev", "team1.example.com"}},
+		{"the pod must carry the instance's app label, any value",
+			map[string]string{"team1.example.com/inject": "enabled", "ebb.dev/inject": "enabled"},
+			map[string]string{"team1.example.com/app": ""}, []string{"team1.example.com"}},
+		{"the namespace label must say enabled",
+			map[string]string{"team1.example.com/inject": "true", "ebb.dev/inject": "enabled"},
+			map[string]string{"ebb.dev/app": "a", "team1.example.com/app": "a"}, []string{"ebb.dev"}},
+		{"keys that are no group suffix are ignored",
+			map[string]string{"inject": "enabled", "Bad_Suffix/inject": "enabled", "istio-injection": "enabled"},
+			map[string]string{"app": "a", "Bad_Suffix/app": "a"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.wantOrder, suffixes(injectors(tc.ns, tc.pod))); diff != "" {
+				t.Errorf("injectors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -8,15 +8,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
-	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -72,28 +68,18 @@ func Run(ctx context.Context, opts Options) error {
 			Host: opts.WebhookHost, Port: opts.WebhookPort,
 			CertDir: opts.CertDir, CertName: opts.CertName, KeyName: opts.KeyName,
 		}),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only the ReplicaSets of opted-in apps: they carry the pod
-			// template's labels.
-			&appsv1.ReplicaSet{}: {Label: mustSelector(names.AppLabel(), selection.Exists)},
-		}},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
 	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), reader: mgr.GetAPIReader()}
+	rec := newRouteReconciler(rts, mgr.GetEventRecorder("ebb-webhook"), log.WithName("approute"))
 	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
-		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme), routes: rts, log: log.WithName("inject")},
+		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme)},
 	})
-	rec := &routeReconciler{routes: rts, recorder: mgr.GetEventRecorder("ebb-webhook"), log: log.WithName("approute")}
-	if err := rec.setup(mgr); err != nil {
+	if err := rec.setup(ctx, mgr); err != nil {
 		return fmt.Errorf("set up AppRoute controller: %w", err)
-	}
-	// Start the ReplicaSet informer with the others instead of at the first
-	// admission, which would then wait for a full list.
-	if _, err := mgr.GetCache().GetInformer(ctx, &appsv1.ReplicaSet{}); err != nil {
-		return fmt.Errorf("ReplicaSet informer: %w", err)
 	}
 	if opts.TLSMode == TLSSelfSigned {
 		if err := mgr.Add(&certRenewer{restCfg: restCfg, scheme: scheme, names: names, opts: opts, log: log.WithName("tls")}); err != nil {
@@ -152,14 +138,6 @@ func restConfig(opts Options) (*rest.Config, error) {
 		return nil, fmt.Errorf("load cluster config: %w", err)
 	}
 	return cfg, nil
-}
-
-func mustSelector(key string, op selection.Operator) labels.Selector {
-	req, err := labels.NewRequirement(key, op, nil)
-	if err != nil {
-		panic(err) // key comes from groupsuffix.Names and is valid
-	}
-	return labels.NewSelector().Add(*req)
 }
 
 func selfSignedOptions(names groupsuffix.Names, opts Options) selfsigned.Options {

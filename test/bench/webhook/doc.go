@@ -1,8 +1,8 @@
 // Command webhook measures ebb's admission latency as the API server sees
 // it: it starts a real kube-apiserver (envtest) and the ebb-webhook binary,
-// creates app pods at a steady rate (owned by ReplicaSets of Deployments, so
-// each admission also resolves the Deployment and checks the AppRoute), and
-// reads the API server's own apiserver_admission_webhook_admission_duration_seconds
+// creates app pods at a steady rate (owned by ReplicaSets of Deployments, as
+// in a cluster; the AppRoute controller routes the Deployments, the admission
+// itself makes no API call), and reads the API server's own apiserver_admission_webhook_admission_duration_seconds
 // histogram, next to a no-op control webhook registered the same way. It
 // prints a markdown table and exits non-zero when p99 is over the target.
 //

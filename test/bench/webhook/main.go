@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -51,10 +53,12 @@ func main() {
 	flag.IntVar(&o.apps, "apps", 10, "Deployments the pods are spread over")
 	flag.DurationVar(&o.target, "target-p99", 10*time.Millisecond, "p99 admission latency to meet")
 	flag.BoolVar(&o.control, "control", true, "also register a no-op webhook as a control")
-	flag.BoolVar(&o.bare, "bare", false, "create bare pods (no Deployment owns them, so no AppRoute lookup)")
+	flag.BoolVar(&o.bare, "bare", false, "create bare pods (no Deployment owns them)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the ebb-webhook process during the run to this file")
 	flag.StringVar(&o.webhookBin, "webhook-bin", "", "ebb-webhook binary to run (default: go build ./cmd/ebb-webhook)")
 	flag.Parse()
+	// The no-op webhook's server logs nothing worth reading here.
+	ctrllog.SetLogger(logr.Discard())
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -173,7 +177,7 @@ func run(ctx context.Context, o options) error {
 			templates[i].OwnerReferences = nil
 		}
 	}
-	// Warm up: one pod per app registers its AppRoute.
+	// Warm up: one pod per app, while the controller routes the Deployments.
 	for i, t := range templates {
 		if err := createPod(ctx, c, ns, t); err != nil {
 			return fmt.Errorf("warm-up pod %d: %w", i, err)
