@@ -76,10 +76,12 @@ debs: ## Install the Debian packages the local cluster and benchmarks use.
 		apt-get install -y -q $$missing || { apt-get update -q && apt-get install -y -q $$missing; }; \
 	fi
 
+# The version is stamped as a release build does: the API server reports it
+# (/version), and charts check it against their kubeVersion.
 $(KUBE_BINS) &: test/tools/kube/go.mod test/tools/kube/go.sum
 	@mkdir -p $(BIN)
 	@echo ">> building kube-apiserver, kube-controller-manager, kube-proxy (k8s.io/kubernetes; 5-10 min cold, seconds when cached)"
-	cd test/tools/kube && $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ \
+	cd test/tools/kube && $(GO) build -trimpath -ldflags="-s -w $$(cd $(ROOT)/test/tools/kube && $(GO) list -m -f '-X k8s.io/component-base/version.gitVersion={{.Version}}' k8s.io/kubernetes)" -o $(BIN)/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy
 	@touch $(KUBE_BINS)
 

@@ -74,6 +74,9 @@ type Cluster struct {
 
 	etcdURL, etcdData  string
 	kedaMetricsService string
+	// hostsFile names every Service for the programs that run on the node
+	// and call Services by name (startWithClusterDNS); the node agent keeps it.
+	hostsFile string
 }
 
 // Start brings the cluster up and returns once the API server answers, the
@@ -268,6 +271,21 @@ func (c *Cluster) start(name string, env []string, path string, args ...string) 
 	return p, nil
 }
 
+// startWithClusterDNS starts a program on the node that resolves cluster
+// DNS names (<svc>.<ns>, <svc>.<ns>.svc, ...) as a pod does: in its own
+// mount namespace, the node agent's hosts file is bind-mounted over
+// /etc/hosts. The KEDA operator needs it to dial an external scaler's
+// address such as ebb-scaler.ebb-system:9090.
+func (c *Cluster) startWithClusterDNS(name string, env []string, path string, args ...string) (*process, error) {
+	unshare, err := lookPath("unshare", "util-linux")
+	if err != nil {
+		return nil, err
+	}
+	argv := append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+		`mount --bind "$0" /etc/hosts && exec "$@"`, c.hostsFile, path}, args...)
+	return c.start(name, env, unshare, argv...)
+}
+
 func (c *Cluster) startEtcd(ctx context.Context, etcd string) error {
 	ports, err := freePorts(2)
 	if err != nil {
@@ -364,11 +382,16 @@ func (c *Cluster) startKubeProxy(bin string) (health string, err error) {
 }
 
 func (c *Cluster) startNodeAgent(ctx context.Context) error {
+	c.hostsFile = filepath.Join(c.Dir, "hosts")
+	if err := os.WriteFile(c.hostsFile, []byte("127.0.0.1\tlocalhost\n"), 0o644); err != nil {
+		return fmt.Errorf("node hosts file: %w", err)
+	}
 	agent, err := nodeagent.New(nodeagent.Config{
 		Client: c.Client, NodeName: NodeName, NodeIP: BridgeIP, Bridge: BridgeName,
 		PodCIDR: netip.MustParsePrefix(PodCIDR), KubernetesServiceHost: KubernetesServiceIP,
 		BinDir: c.BinDir, RunDir: filepath.Join(c.Dir, "pods"), LogDir: filepath.Join(c.Dir, "logs", "pods"),
-		Log: fileLogger(filepath.Join(c.Dir, "logs", "nodeagent.log")),
+		HostsFile: c.hostsFile,
+		Log:       fileLogger(filepath.Join(c.Dir, "logs", "nodeagent.log")),
 	})
 	if err != nil {
 		return err

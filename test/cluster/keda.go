@@ -74,7 +74,7 @@ func (c *Cluster) startKEDA(ctx context.Context, bin string) (string, error) {
 	}
 	health := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	c.kedaMetricsService = fmt.Sprintf("127.0.0.1:%d", ports[2])
-	_, err = c.start("keda-operator", []string{
+	_, err = c.startWithClusterDNS("keda-operator", []string{
 		"KUBECONFIG=" + c.Kubeconfig, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=" + KEDANamespace,
 		"POD_NAMESPACE=" + KEDANamespace, "POD_NAME=keda-operator-local",
 	}, bin,
@@ -189,7 +189,7 @@ func (c *Cluster) startKEDAAdapter(ctx context.Context, bin string) error {
 	// The adapter serves on the bridge so the API server reaches it as an
 	// endpoint; the port is free on loopback and, the bridge being ours, there.
 	secure := ports[0]
-	_, err = c.start("keda-adapter", []string{"KUBECONFIG=" + c.Kubeconfig, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=" + KEDANamespace, "POD_NAMESPACE=" + KEDANamespace}, bin,
+	_, err = c.startWithClusterDNS("keda-adapter", []string{"KUBECONFIG=" + c.Kubeconfig, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=" + KEDANamespace, "POD_NAMESPACE=" + KEDANamespace}, bin,
 		"--secure-port", strconv.Itoa(secure), "--bind-address", BridgeIP,
 		"--cert-dir", c.KEDACertDir,
 		"--tls-cert-file", filepath.Join(c.KEDACertDir, "tls.crt"), "--tls-private-key-file", filepath.Join(c.KEDACertDir, "tls.key"),

@@ -124,18 +124,26 @@ func TestPodLifecycle(t *testing.T) {
 	})
 
 	t.Run("SIGTERM then SIGKILL after the grace period", func(t *testing.T) {
+		// The shell marks that its trap is set; the readiness probe waits for
+		// the mark, so SIGTERM cannot arrive before the trap.
+		mark := filepath.Join(t.TempDir(), "trapped")
+		ctr := shContainer("c", `trap "" TERM; touch `+mark+`; while true; do sleep 0.1; done`)
+		ctr.ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-e", mark}}},
+			PeriodSeconds: 1,
+		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "stubborn", Namespace: ns},
 			Spec: corev1.PodSpec{
 				TerminationGracePeriodSeconds: ptr.To(int64(2)),
-				Containers:                    []corev1.Container{shContainer("c", `trap "" TERM; while true; do sleep 0.1; done`)},
+				Containers:                    []corev1.Container{ctr},
 			},
 		}
 		if _, err := lc.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := cluster.WaitFor(ctx, 30*time.Second, "pod running", func(context.Context) (bool, error) {
-			return getPod(t, ns, pod.Name).Status.Phase == corev1.PodRunning, nil
+		if err := cluster.WaitFor(ctx, 30*time.Second, "pod ready (trap set)", func(context.Context) (bool, error) {
+			return podReady(*getPod(t, ns, pod.Name)), nil
 		}); err != nil {
 			t.Fatal(err)
 		}

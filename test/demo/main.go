@@ -1,39 +1,38 @@
 // Command demo is what `make demo` runs: it brings up the local cluster
-// (real kube-apiserver, etcd, kube-controller-manager, kube-proxy, KEDA and
-// ebb's node agent), deploys the test app behind a Service, sends it
-// requests through the Service's ClusterIP, scales it to zero and shows the
-// pods gone, then tears everything down. With --keep it leaves the cluster
-// running and prints how to reach it with kubectl.
+// (real kube-apiserver, etcd, kube-controller-manager, kube-proxy, the KEDA
+// operator and metrics adapter, and ebb's node agent), installs ebb from
+// charts/ebb with helm, deploys a sample app at zero replicas with a KEDA
+// ScaledObject, and narrates what a user sees: the app at zero, requests
+// held by the activator, the app woken and serving them, then idle and back
+// to zero; it ends with a summary table and tears everything down. With
+// --keep it leaves the cluster running and prints how to reach it with
+// kubectl.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
-
 	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
 func main() {
 	keep := flag.Bool("keep", false, "leave the cluster running until Ctrl-C and print how to reach it")
-	requests := flag.Int("requests", 20, "requests to send through the Service")
+	requests := flag.Int("requests", 50, "concurrent requests sent to the app while it is at zero (1-500)")
 	flag.Parse()
+	if *requests < 1 || *requests > 500 {
+		fmt.Fprintln(os.Stderr, "demo: --requests must be within 1-500")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *keep, *requests); err != nil {
@@ -46,9 +45,13 @@ func say(format string, args ...any) {
 	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
+// row is a line of the summary table.
+type row struct{ step, took string }
+
 func run(ctx context.Context, keep bool, requests int) error {
+	begin := time.Now()
 	say("starting the local cluster (etcd, kube-apiserver, kube-controller-manager, kube-proxy, KEDA, node agent)")
-	c, err := cluster.Start(ctx, cluster.Options{KEDA: true, Logf: say})
+	c, err := cluster.Start(ctx, cluster.Options{KEDAMetricsAdapter: true, Logf: say})
 	if err != nil {
 		return err
 	}
@@ -56,127 +59,104 @@ func run(ctx context.Context, keep bool, requests int) error {
 		say("tearing the cluster down")
 		c.Stop()
 	}()
-	const ns, name = "demo", "hello"
-	if err := c.EnsureNamespace(ctx, ns, nil); err != nil {
-		return err
-	}
-	labels := map[string]string{"app": name}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To(int64(5)),
-					Containers: []corev1.Container{{
-						Name: "app", Image: "ghcr.io/ebb-dev/ebb-test-app:dev",
-						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
-							PeriodSeconds: 1,
-						},
-					}},
-				},
-			},
-		},
-	}
-	begin := time.Now()
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create deployment: %w", err)
-	}
-	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create service: %w", err)
-	}
-	say("deployed %s/%s (2 replicas of the test app) behind Service ClusterIP %s", ns, name, svc.Spec.ClusterIP)
-	if err := cluster.WaitFor(ctx, 60*time.Second, "2 ready endpoints", func(ctx context.Context) (bool, error) {
-		n, err := c.ReadyEndpoints(ctx, ns, name)
-		return n == 2, err
-	}); err != nil {
-		return err
-	}
-	say("2 pods ready in %s", time.Since(begin).Round(time.Millisecond))
+	var summary []row
+	summary = append(summary, row{"local cluster up", time.Since(begin).Round(time.Millisecond).String()})
 
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	ready := time.Now()
-	if err := cluster.WaitFor(ctx, 30*time.Second, "kube-proxy to route the ClusterIP", func(context.Context) (bool, error) {
-		resp, err := client.Get("http://" + svc.Spec.ClusterIP + "/")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	}); err != nil {
+	step := time.Now()
+	say("helm install ebb charts/ebb -n ebb-system --create-namespace --set certManager.enabled=false")
+	ebb, err := install.Install(ctx, c, install.Options{Logf: say})
+	if err != nil {
 		return err
 	}
-	say("kube-proxy routes the ClusterIP %s after the endpoints were ready", time.Since(ready).Round(time.Millisecond))
-	answers := map[string]int{}
-	var latencies []time.Duration
-	failures := 0
-	for range requests {
-		t0 := time.Now()
-		resp, err := client.Get("http://" + svc.Spec.ClusterIP + "/")
-		if err != nil {
-			failures++
-			continue
+	summary = append(summary, row{"ebb installed from the chart, every pod ready", time.Since(step).Round(time.Millisecond).String()})
+
+	const ns, name = "demo", "hello"
+	scaling := install.Scaling{Max: 3, PollingInterval: 1, Cooldown: 5, TargetConcurrency: 100, RateWindow: "3s"}
+	say("deploying %s/%s at 0 replicas: namespace labelled %s=enabled, pod template labelled %s=%s, ScaledObject → %s",
+		ns, name, ebb.Names.InjectLabel(), ebb.Names.AppLabel(), name, ebb.ScalerAddress)
+	app, err := ebb.DeployAtZero(ctx, c, ns, name, scaling, say)
+	if err != nil {
+		return err
+	}
+	if app.StartedAtOne {
+		say("(the webhook made no AppRoute for a Deployment created at 0 replicas: it was created at 1 and KEDA scaled it to 0)")
+	}
+	say("%s is at zero: no pod runs; the Service's only endpoints are the activator's hand-off slice", name)
+
+	say("sending %d concurrent requests to http://%s (Host %s) through kube-proxy", requests, app.URL[len("http://"):], app.Host)
+	tl := ebb.WatchColdStart(ctx, c, app)
+	tl.Mark(install.EventFirstRequest)
+	results := install.Send(ctx, app.URL, app.Host, requests, 90*time.Second)
+	_ = cluster.WaitFor(ctx, 30*time.Second, "pod Ready", func(context.Context) (bool, error) {
+		_, ok := tl.At(install.EventPodReady)
+		return ok, nil
+	})
+	tl.Stop()
+	ok := 0
+	var took []time.Duration
+	for _, r := range results {
+		if r.Status == http.StatusOK {
+			ok++
+			tl.MarkAt(install.EventFirstResponse, r.Sent.Add(r.Took))
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		latencies = append(latencies, time.Since(t0))
-		if resp.StatusCode != http.StatusOK {
-			failures++
-			continue
-		}
-		answers[strings.TrimSpace(string(body))]++
+		took = append(took, r.Took)
 	}
-	say("sent %d requests to http://%s/ through kube-proxy", requests, svc.Spec.ClusterIP)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  answered by\trequests")
-	for a, n := range answers {
-		fmt.Fprintf(tw, "  %s\t%d\n", a, n)
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	if at, seen := tl.At(install.EventScalerHeld); seen {
+		say("requests held by the activator; the scaler counted them %s after the first was sent", at.Sub(mustAt(tl, install.EventFirstRequest)).Round(time.Millisecond))
 	}
-	fmt.Fprintf(tw, "  (failed)\t%d\n", failures)
-	tw.Flush()
-	if len(latencies) > 0 {
-		sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
-		say("latency p50 %s, max %s", latencies[len(latencies)/2].Round(time.Microsecond), latencies[len(latencies)-1].Round(time.Microsecond))
+	woken, _ := tl.Since(install.EventFirstRequest, install.EventFirstResponse)
+	say("woken and served in %s: %d of %d answered 200 by the app (latency p50 %s, max %s)",
+		woken.Round(time.Millisecond), ok, requests, took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	fmt.Printf("\n  cold start timeline\n%s\n", tl)
+	if err := install.Failures(results); err != nil {
+		return fmt.Errorf("of %d requests, not 200:\n%w", requests, err)
 	}
-	if failures > 0 {
-		return fmt.Errorf("%d of %d requests failed", failures, requests)
+	summary = append(summary, row{fmt.Sprintf("cold start: %d held requests → first 200", requests), woken.Round(time.Millisecond).String()})
+	if d, seen := tl.Since(install.EventFirstRequest, install.EventReplicas1); seen {
+		summary = append(summary, row{"  of which: request → KEDA sets replicas=1", d.Round(time.Millisecond).String()})
 	}
+	if d, seen := tl.Since(install.EventReplicas1, install.EventAppRunning); seen {
+		summary = append(summary, row{"  of which: replicas=1 → app container started", d.Round(time.Millisecond).String()})
+	}
+	summary = append(summary, row{"requests answered 200 / sent", fmt.Sprintf("%d / %d", ok, requests)})
 
 	if keep {
-		say("the cluster stays up until Ctrl-C. Try:\n\n  export KUBECONFIG=%s\n  kubectl get pods,svc,endpointslices -n %s\n  curl http://%s/\n", c.Kubeconfig, ns, svc.Spec.ClusterIP)
+		say("the cluster stays up until Ctrl-C (KEDA takes %s back to zero %ds after the last request). Try:\n\n"+
+			"  export KUBECONFIG=%s\n"+
+			"  kubectl get pods,deploy,endpointslices -n %s\n"+
+			"  kubectl get approutes.%s -A\n"+
+			"  kubectl get scaledobjects -n %s\n"+
+			"  curl -H 'Host: %s' %s\n",
+			name, scaling.Cooldown, c.Kubeconfig, ns, ebb.Names.Group(), ns, app.Host, app.URL)
+		printSummary(summary)
 		<-ctx.Done()
 		return nil
 	}
 
-	say("scaling %s to 0", name)
-	scale, err := c.Client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("get scale: %w", err)
-	}
-	scale.Spec.Replicas = 0
-	begin = time.Now()
-	if _, err := c.Client.AppsV1().Deployments(ns).UpdateScale(ctx, name, scale, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("scale to 0: %w", err)
-	}
-	if err := cluster.WaitFor(ctx, 30*time.Second, "pods gone", func(ctx context.Context) (bool, error) {
-		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-		return err == nil && len(pods.Items) == 0, err
-	}); err != nil {
+	idle := time.Now()
+	say("no more traffic: waiting for KEDA to scale %s back to zero (rateWindow %s, cooldownPeriod %ds)", name, scaling.RateWindow, scaling.Cooldown)
+	if err := ebb.WaitAtZero(ctx, c, app, 2*time.Minute); err != nil {
 		return err
 	}
-	say("at zero: pods stopped and their network namespaces removed in %s", time.Since(begin).Round(time.Millisecond))
-	if _, err := client.Get("http://" + svc.Spec.ClusterIP + "/"); err == nil {
-		return errors.New("the Service still answered at zero replicas")
-	}
-	say("a request now finds no pod (ebb's activator will hold it and wake the app: see the README)")
+	say("back to zero after %s idle: pod stopped, the activator's hand-off slice is back in the Service", time.Since(idle).Round(time.Millisecond))
+	summary = append(summary, row{"idle → back to zero (hand-off slice back)", time.Since(idle).Round(time.Millisecond).String()})
+	printSummary(summary)
 	return nil
+}
+
+func mustAt(tl *install.Timeline, event string) time.Time {
+	at, _ := tl.At(event)
+	return at
+}
+
+func printSummary(rows []row) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "\n  step\ttook")
+	fmt.Fprintln(tw, "  ----\t----")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %s\t%s\n", r.step, r.took)
+	}
+	fmt.Fprintln(tw)
+	tw.Flush()
 }

@@ -41,7 +41,12 @@ type Config struct {
 	BinDir        string // programs that images map to
 	RunDir        string // per-pod volumes
 	LogDir        string // container output: <ns>_<pod>_<container>.log
-	Log           logr.Logger
+	// HostsFile, if set, is an existing file the agent keeps as a hosts
+	// file naming every Service (rewritten in place, so a bind mount of it
+	// over /etc/hosts follows): cluster DNS names for programs that run on
+	// the node outside any pod, such as the KEDA operator.
+	HostsFile string
+	Log       logr.Logger
 }
 
 func (c *Config) validate() error {
@@ -310,6 +315,12 @@ func (a *Agent) servicesChanged(store cache.Store) {
 	a.mu.Unlock()
 	for _, w := range workers {
 		w.hostsChanged()
+	}
+	if a.cfg.HostsFile != "" {
+		content := append([]byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"), hosts[""]...)
+		if err := rewriteInPlace(a.cfg.HostsFile, content); err != nil {
+			a.cfg.Log.Error(err, "write the node's hosts file")
+		}
 	}
 }
 

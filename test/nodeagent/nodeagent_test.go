@@ -2,11 +2,15 @@ package nodeagent
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 )
 
 func TestExpand(t *testing.T) {
@@ -91,5 +95,46 @@ func TestPodField(t *testing.T) {
 	}
 	if _, err := podField(pod, "spec.unknown"); err == nil {
 		t.Error("unknown field path accepted")
+	}
+}
+
+// TestHostsFileNamesServices: the node's hosts file (for programs such as
+// the KEDA operator) names every Service with a ClusterIP, rewritten in
+// place so a bind mount of it follows.
+func TestHostsFileNamesServices(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(path, []byte("127.0.0.1\tlocalhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{cfg: Config{ClusterDomain: "cluster.local", HostsFile: path}, workers: map[types.UID]*podWorker{}}
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	for _, svc := range []*corev1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: "ebb-scaler", Namespace: "ebb-system"}, Spec: corev1.ServiceSpec{ClusterIP: "198.19.0.10"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "headless", Namespace: "ebb-system"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}},
+	} {
+		if err := store.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.servicesChanged(store)
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n" +
+		"198.19.0.10\tebb-scaler.ebb-system.svc.cluster.local ebb-scaler.ebb-system.svc ebb-scaler.ebb-system\n"
+	if diff := cmp.Diff(want, string(got)); diff != "" {
+		t.Errorf("hosts file (-want +got):\n%s", diff)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("the hosts file was replaced, not rewritten in place: a bind mount of it would not follow")
 	}
 }

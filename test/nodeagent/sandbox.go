@@ -129,19 +129,24 @@ func (s *sandbox) remove() {
 // writeHosts rewrites the hosts file in place: `ip netns exec` bind-mounted
 // this inode over the pod's /etc/hosts, so a rename would not be seen.
 func (s *sandbox) writeHosts(content []byte) error {
-	f, err := os.OpenFile(s.hostsPath(), os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
+	if err := rewriteInPlace(s.hostsPath(), content); err != nil {
 		return fmt.Errorf("write hosts of %s: %w", s.netns, err)
+	}
+	return nil
+}
+
+// rewriteInPlace replaces the content of an existing file keeping its inode.
+func rewriteInPlace(path string, content []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
 	}
 	_, werr := f.Write(content)
 	cerr := f.Close()
 	if werr != nil {
-		return fmt.Errorf("write hosts of %s: %w", s.netns, werr)
+		return werr
 	}
-	if cerr != nil {
-		return fmt.Errorf("write hosts of %s: %w", s.netns, cerr)
-	}
-	return nil
+	return cerr
 }
 
 func killNetnsPids(netns string) {
