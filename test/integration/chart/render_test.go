@@ -312,6 +312,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"webhook.failurePolicy=Sometimes", "failurePolicy"},
 		{"webhook.timeoutSeconds=10", "timeoutSeconds"},
 		{"webhook.timeoutSeconds=0", "timeoutSeconds"},
+		{"webhook.certCheckInterval=5s", "certCheckInterval"},
+		{"webhook.certCheckInterval=0.5m", "certCheckInterval"},
 		{"webhook.replicas=0", "replicas"},
 		{"webhook.image.pullPolicy=Sometimes", "pullPolicy"},
 		{"webhook.replica=3", "replica"},
@@ -339,7 +341,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		}
 	}
 	for _, set := range []string{"groupSuffix=team1.example.com", "groupSuffix=a.b", "webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=1",
-		"sidecar.resources.limits.cpu=500m", "certManager.issuerRef.name=corp-ca", "activator.coldStartTimeout=1m30s"} {
+		"sidecar.resources.limits.cpu=500m", "certManager.issuerRef.name=corp-ca", "activator.coldStartTimeout=1m30s",
+		"webhook.certCheckInterval=1m", "webhook.certCheckInterval=90s", "webhook.certCheckInterval=2h30m"} {
 		if _, _, err := helm(t, "template", "ebb", chartDir(t), "--namespace", "ebb-system", "--set", set); err != nil {
 			t.Errorf("--set %s was refused: %v", set, err)
 		}
