@@ -211,7 +211,7 @@ func (d *DataPlane) SetRoutes(routes []routing.Route[AppConfig]) {
 		a.mu.Unlock()
 		if idle {
 			delete(d.apps, k)
-			d.opts.Metrics.held.DeleteLabelValues(k.Namespace, k.Name)
+			d.opts.Metrics.forget(k.Namespace, k.Name)
 		}
 	}
 	for _, c := range t.Conflicts {

@@ -49,3 +49,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.held, m.coldStart, m.timeouts, m.queueFull, m.routes, m.handoff, requests)
 	return m
 }
+
+// forget drops an app's series once the app is gone from the routing table,
+// so deleted apps do not stay in /metrics forever.
+func (m *Metrics) forget(namespace, app string) {
+	m.held.DeleteLabelValues(namespace, app)
+	m.coldStart.DeleteLabelValues(namespace, app)
+	m.timeouts.DeleteLabelValues(namespace, app)
+	m.queueFull.DeleteLabelValues(namespace, app)
+}

@@ -129,8 +129,10 @@ func Run(ctx context.Context, opts Options) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancelRun()
-	wg.Go(func() { src.run(runCtx) })
+	// The first table is built before the periodic resync starts, so the two
+	// never run at once (onScalers and the table swap are single-writer).
 	src.rebuild(src.cachedRoutes())
+	wg.Go(func() { src.run(runCtx) })
 
 	var draining = make(chan struct{})
 	admin := &http.Server{Addr: opts.AdminListen, Handler: adminHandler(reg, dp, src, opts.PodName, draining), ReadHeaderTimeout: 10 * time.Second}

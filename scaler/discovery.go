@@ -157,7 +157,8 @@ func (s *Scaler) discover(ctx context.Context, client kubernetes.Interface) erro
 		return fmt.Errorf("watch pods: %w", err)
 	}
 	factory.Start(ctx.Done())
-	s.stopInformers = factory.Shutdown
+	stop := factory.Shutdown
+	s.stopInformers.Store(&stop)
 	if !cache.WaitForCacheSync(ctx.Done(), handler.HasSynced) {
 		return fmt.Errorf("list pods with label %s: %w", appLabel, context.Cause(ctx))
 	}

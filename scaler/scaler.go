@@ -49,10 +49,10 @@ type Scaler struct {
 	adminLis net.Listener
 
 	ready         atomic.Bool
-	firstTick     atomic.Int64     // unix nanos of the first tick: the start of counting
-	acc           map[*app]*appAcc // tick-owned scratch
-	manualTicks   bool             // tests: only the first tick runs by itself
-	stopInformers func()
+	firstTick     atomic.Int64           // unix nanos of the first tick: the start of counting
+	acc           map[*app]*appAcc       // tick-owned scratch
+	manualTicks   bool                   // tests: only the first tick runs by itself
+	stopInformers atomic.Pointer[func()] // set by discover, called on shutdown
 }
 
 // Run runs the scaler until ctx ends.
@@ -163,8 +163,8 @@ func (s *Scaler) Run(ctx context.Context) error {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
 		_ = s.admin.Shutdown(sctx)
-		if s.stopInformers != nil {
-			s.stopInformers()
+		if stop := s.stopInformers.Load(); stop != nil {
+			(*stop)()
 		}
 		return nil
 	})

@@ -36,7 +36,7 @@ const (
 type App struct {
 	// Name is the value of the <suffix>/app label; it names the AppRoute.
 	Name string
-	// Hosts and PathPrefixes as listed, lowercased, without duplicates.
+	// Hosts and PathPrefixes as listed (upper case is refused), without duplicates.
 	Hosts        []string
 	PathPrefixes []string
 	// Container is the name of the container that declares the app port.
@@ -50,8 +50,10 @@ type App struct {
 	// QueueSize and ColdStartTimeout are 0 when unset (activator defaults).
 	QueueSize        int32
 	ColdStartTimeout time.Duration
-	// DrainTimeout is the <suffix>/drain-timeout annotation, or 0 when unset.
-	DrainTimeout time.Duration
+	// DrainTimeout is the <suffix>/drain-timeout annotation; DrainTimeoutSet
+	// says whether the annotation is present (0s is a valid value: no drain).
+	DrainTimeout    time.Duration
+	DrainTimeoutSet bool
 }
 
 // Problem is one thing wrong with a pod's ebb label or annotations.
@@ -161,7 +163,7 @@ func ParseApp(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) (App, e
 				"set a Go duration shorter than the pod's terminationGracePeriodSeconds, such as \"20s\"")
 			d = 0
 		}
-		app.DrainTimeout = d
+		app.DrainTimeout, app.DrainTimeoutSet = d, true
 	}
 
 	if spec.HostNetwork {

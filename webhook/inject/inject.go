@@ -121,7 +121,7 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 	}
 
 	drain := cfg.DrainTimeout
-	if app.DrainTimeout > 0 {
+	if app.DrainTimeoutSet {
 		drain = app.DrainTimeout
 	}
 	if g := out.Spec.TerminationGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second <= drain {

@@ -183,6 +183,15 @@ func TestInject(t *testing.T) {
 		}),
 		wantWarnings: []string{"terminationGracePeriodSeconds (30s) is not longer than the sidecar's drain timeout (45s): requests may be cut off on shutdown"},
 	}, {
+		name: "drain timeout annotation 0s means no drain, not the default",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/drain-timeout"] = "0s"
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/drain-timeout"] = "0s"
+			p.Spec.InitContainers[0].Env[3].Value = "0s"
+		}),
+	}, {
 		name: "configured image, ports and suffix",
 		pod: appPod(func(p *corev1.Pod) {
 			p.Labels = map[string]string{"team1.example.com/app": "hello"}
