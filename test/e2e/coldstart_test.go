@@ -42,6 +42,11 @@ func deployAtZero(t *testing.T, ns, name string) *install.AppAtZero {
 func TestColdStart(t *testing.T) {
 	ctx := t.Context()
 	a := deployAtZero(t, "e2e-cold", "hello")
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpState(t, a.Namespace)
+		}
+	})
 
 	tl := ebb.WatchColdStart(ctx, lc, a)
 	const n = 200
