@@ -45,6 +45,12 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "tcpforward" {
+		if err := serveTCPForward(os.Args[2], os.Args[3]); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	var c benchConfig
 	flag.DurationVar(&c.duration, "duration", 2*time.Second, "length of each wrk run")
 	flag.IntVar(&c.rounds, "rounds", 9, "rounds; each runs every target once, the median is reported")
@@ -120,7 +126,10 @@ func run(c benchConfig) error {
 	if err := procs.start(c, "reverseproxy", []string{self, "reverseproxy", fmt.Sprintf("127.0.0.1:%d", p+3), app}, nil); err != nil {
 		return err
 	}
-	for _, port := range []int{p, p + 1, p + 2, p + 3} {
+	if err := procs.start(c, "tcpforward", []string{self, "tcpforward", fmt.Sprintf("127.0.0.1:%d", p+5), app}, nil); err != nil {
+		return err
+	}
+	for _, port := range []int{p, p + 1, p + 2, p + 3, p + 5} {
 		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/", port)); err != nil {
 			return err
 		}
@@ -129,6 +138,7 @@ func run(c benchConfig) error {
 	side := target{name: "sidecar", port: p + 1, pid: procs.pid("sidecar")}
 	nocount := target{name: "sidecar, counting off", port: p + 2, pid: procs.pid("sidecar-nocount")}
 	rproxy := target{name: "httputil.ReverseProxy", port: p + 3, pid: procs.pid("reverseproxy")}
+	floor := target{name: "TCP forwarder", port: p + 5, pid: procs.pid("tcpforward")}
 	appPid := procs.pid("app")
 	measure := func(c benchConfig, t target, conns int) (wrkResult, error) {
 		pids := []int{appPid}
@@ -180,14 +190,15 @@ func run(c benchConfig) error {
 			errs += w.errors
 		}
 	}
-	// Latency, c=1, direct and sidecar back to back, alternating who goes first.
+	// Latency, c=1: direct, sidecar and the bare TCP forwarder back to back,
+	// order rotated. The forwarder (two io.Copy goroutines per connection, no
+	// HTTP at all) is the floor: what one more user-space hop costs on this
+	// machine, whatever the proxy does.
 	lat := map[string][]wrkResult{}
+	trio := []target{direct, side, floor}
 	for r := range c.rounds {
-		pair := []target{direct, side}
-		if r%2 == 1 {
-			pair = []target{side, direct}
-		}
-		for _, t := range pair {
+		for i := range trio {
+			t := trio[(i+r)%len(trio)]
 			w, err := measure(c, t, 1)
 			if err != nil {
 				return err
@@ -261,6 +272,8 @@ func run(c benchConfig) error {
 	}
 	addP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, side.name, direct.name)
 	addP99 := perRound(lat, func(a, b wrkResult) float64 { return a.p99 - b.p99 }, side.name, direct.name)
+	floorP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, floor.name, direct.name)
+	overFloorP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, side.name, floor.name)
 	mib := func(kib int) float64 { return float64(kib) / 1024 }
 	met := func(ok bool) string {
 		if ok {
@@ -293,6 +306,8 @@ func run(c benchConfig) error {
 	fmt.Printf("| counting cost, CPU-normalised | %.1f %% | ≤ 3 %% | %s |\n", 100*costCPU, cpuCostMet)
 	fmt.Printf("| p50 c=1 direct / sidecar | %.0f / %.0f µs | | |\n", p50(direct.name), p50(side.name))
 	fmt.Printf("| **p50 added** (median of per-round differences) | **%+.0f µs** | ≤ +40 µs | %s |\n", addP50, met(addP50 <= 40))
+	fmt.Printf("| p50 added by a bare TCP forwarder (io.Copy both ways, no HTTP): this machine's floor for any proxy hop | %+.0f µs | | |\n", floorP50)
+	fmt.Printf("| p50 added by the sidecar over that floor (its own HTTP work) | %+.0f µs | | |\n", overFloorP50)
 	fmt.Printf("| p99 c=1 direct / sidecar | %.0f / %.0f µs | | |\n", p99(direct.name), p99(side.name))
 	p99Met := met(addP99 <= 150)
 	if p99(direct.name) > 1000 {
@@ -619,4 +634,32 @@ func serveReverseProxy(listen, upstream string) error {
 	rp.Transport = tr
 	srv := &http.Server{Addr: listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
+}
+
+// serveTCPForward is the latency floor: a bare TCP relay with no HTTP
+// parsing, one goroutine per direction, as little as a user-space hop does.
+func serveTCPForward(listen, upstream string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	for {
+		in, err := ln.Accept()
+		if err != nil {
+			return fmt.Errorf("accept: %w", err)
+		}
+		go func() {
+			defer in.Close()
+			out, err := net.Dial("tcp", upstream)
+			if err != nil {
+				return
+			}
+			defer out.Close()
+			go func() {
+				io.Copy(out, in)
+				out.(*net.TCPConn).CloseWrite()
+			}()
+			io.Copy(in, out)
+		}()
+	}
 }
