@@ -45,6 +45,18 @@ func (p *proxy) adminHandler(bootID uint64) http.Handler {
 			w.Write([]byte("ready\n"))
 		}
 	})
+	mux.HandleFunc("GET "+stats.WaitForDrainPath, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		p.beginClosing()
+		p.log.Info("preStop: waiting for a quiet period", "delay", p.opts.DrainDelay.String(), "inFlight", p.cnt.inFlight.Load())
+		quiet := p.waitQuiet(r.Context(), p.opts.DrainDelay, start.Add(p.opts.DrainTimeout))
+		p.log.Info("preStop: done", "quiet", quiet, "took", time.Since(start).String(), "inFlight", p.cnt.inFlight.Load())
+		if !quiet {
+			http.Error(w, "still serving: requests kept arriving or in flight", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("drained\n"))
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.registry(), promhttp.HandlerOpts{}))
 	return mux
 }

@@ -13,7 +13,8 @@
 //	--listen           EBB_LISTEN            :8012            client traffic
 //	--upstream         EBB_UPSTREAM          127.0.0.1:8080   the app (host:port)
 //	--admin-listen     EBB_ADMIN_LISTEN      :8022            /stats, /ready, /metrics
-//	--drain-timeout    EBB_DRAIN_TIMEOUT     30s              longest drain after SIGTERM
+//	--drain-timeout    EBB_DRAIN_TIMEOUT     30s              longest drain after SIGTERM (and preStop wait)
+//	--drain-delay      EBB_DRAIN_DELAY       5s               quiet period the preStop wait waits for
 //	--header-timeout   EBB_HEADER_TIMEOUT    10s              a client must send a request head within this
 //	--idle-timeout     EBB_IDLE_TIMEOUT      120s             idle keep-alive client connections close after this;
 //	                                                          also bounds each read/write of a stalled body
@@ -70,6 +71,15 @@
 // (<upstream>): <reason>".
 //
 // # Drain
+//
+// The webhook gives the app container a preStop hook, GET /wait-for-drain on
+// the admin port, so that a terminating pod keeps serving until every
+// Service consumer (kube-proxy and the like) has moved away from it: the
+// sidecar stays ready, answers every response with "Connection: close" so
+// keep-alive clients reconnect through the Service, and answers the hook
+// (200) once nothing is in flight and no request has arrived for
+// --drain-delay, or 503 at --drain-timeout. Only then does the kubelet stop
+// the app, and the sidecar after it (native sidecars stop last).
 //
 // When Run's context is cancelled (SIGTERM in ebb-sidecar) the sidecar turns
 // not-ready, keeps accepting and serving, answers with "Connection: close",

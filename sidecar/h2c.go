@@ -48,6 +48,7 @@ func newH2CServer(p *proxy) *h2cServer {
 		},
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.arrived()
 		if p.cnt.on && !strings.HasPrefix(r.Header.Get("User-Agent"), "kube-probe/") {
 			p.cnt.inFlight.Add(1)
 			p.cnt.total.Add(1)

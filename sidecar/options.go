@@ -22,8 +22,12 @@ type Options struct {
 	Upstream string
 	// AdminListen serves /stats, /ready and /metrics (host:port).
 	AdminListen string
-	// DrainTimeout bounds the drain after the context is cancelled.
+	// DrainTimeout bounds the drain after the context is cancelled, and the
+	// wait of GET /wait-for-drain.
 	DrainTimeout time.Duration
+	// DrainDelay is the quiet period GET /wait-for-drain waits for: no new
+	// request for this long means every Service consumer has moved on.
+	DrainDelay time.Duration
 	// HeaderTimeout bounds how long a client may take to send a request head.
 	HeaderTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long and bounds
@@ -50,6 +54,7 @@ func DefaultOptions() Options {
 		Upstream:       "127.0.0.1:8080",
 		AdminListen:    ":" + strconv.Itoa(stats.DefaultAdminPort),
 		DrainTimeout:   30 * time.Second,
+		DrainDelay:     5 * time.Second,
 		HeaderTimeout:  10 * time.Second,
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: 64 << 10,
@@ -112,6 +117,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	str(&o.Upstream, "upstream", "EBB_UPSTREAM", "the app's host:port")
 	str(&o.AdminListen, "admin-listen", "EBB_ADMIN_LISTEN", "address of /stats, /ready and /metrics")
 	dur(&o.DrainTimeout, "drain-timeout", "EBB_DRAIN_TIMEOUT", "longest drain after SIGTERM")
+	dur(&o.DrainDelay, "drain-delay", "EBB_DRAIN_DELAY", "quiet period (no new request) GET /wait-for-drain waits for")
 	dur(&o.HeaderTimeout, "header-timeout", "EBB_HEADER_TIMEOUT", "time a client has to send a request head")
 	dur(&o.IdleTimeout, "idle-timeout", "EBB_IDLE_TIMEOUT", "idle keep-alive timeout and stalled body timeout")
 	integer(&o.MaxHeaderBytes, "max-header-bytes", "EBB_MAX_HEADER_BYTES", "largest request head accepted (431 above)")
@@ -165,6 +171,9 @@ func (o Options) Validate() error {
 	}
 	if o.DrainTimeout < 0 {
 		problems = append(problems, fmt.Errorf("--drain-timeout %v: must not be negative", o.DrainTimeout))
+	}
+	if o.DrainDelay < 0 {
+		problems = append(problems, fmt.Errorf("--drain-delay %v: must not be negative", o.DrainDelay))
 	}
 	if o.HeaderTimeout <= 0 {
 		problems = append(problems, fmt.Errorf("--header-timeout %v: must be positive", o.HeaderTimeout))

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -33,7 +34,9 @@ type proxy struct {
 	h2             *h2cServer
 	upstreamErrors atomic.Uint64
 	openConns      atomic.Int64
-	draining       atomic.Bool
+	draining       atomic.Bool  // not ready: SIGTERM came
+	closing        atomic.Bool  // responses close their connection: preStop or SIGTERM came
+	quietFrom      atomic.Int64 // unix nanos: when closing began, or the last request since
 	readyAt        atomic.Int64 // unix nanos of the last successful readiness dial
 
 	mu       sync.Mutex
@@ -107,6 +110,7 @@ func (p *proxy) serveConn(c *net.TCPConn) {
 
 // ServeRequest counts and proxies one request (h1.Handler).
 func (p *proxy) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
+	p.arrived()
 	if p.cnt.on && !rq.Probe() {
 		p.cnt.inFlight.Add(1)
 		p.cnt.total.Add(1)
@@ -116,7 +120,45 @@ func (p *proxy) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 }
 
 // Draining reports whether responses close their connection (h1.Handler).
-func (p *proxy) Draining() bool { return p.draining.Load() }
+func (p *proxy) Draining() bool { return p.closing.Load() }
+
+// arrived notes a request for the quiet period of a drain; outside a drain
+// it costs one atomic load.
+func (p *proxy) arrived() {
+	if p.closing.Load() {
+		p.quietFrom.Store(time.Now().UnixNano())
+	}
+}
+
+// beginClosing makes responses close their connection, so that keep-alive
+// clients reconnect (through the Service, to whoever serves it now), and
+// starts the quiet period.
+func (p *proxy) beginClosing() {
+	if p.closing.CompareAndSwap(false, true) {
+		p.quietFrom.Store(time.Now().UnixNano())
+	}
+}
+
+// waitQuiet waits, after beginClosing, until nothing is in flight and no
+// request has arrived for delay; false if ctx ends or deadline passes first.
+func (p *proxy) waitQuiet(ctx context.Context, delay time.Duration, deadline time.Time) bool {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		if p.cnt.inFlight.Load() == 0 && now.UnixNano()-p.quietFrom.Load() >= int64(delay) {
+			return true
+		}
+		if now.After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
 
 // BadGateway counts and logs an app that is not answering (h1.Handler).
 func (p *proxy) BadGateway(_ *h1.Upstream, err error) string {

@@ -132,6 +132,7 @@ func (s *server) run(ctx context.Context) error {
 func (s *server) drain() error {
 	p := s.p
 	p.draining.Store(true)
+	p.beginClosing()
 	start := time.Now()
 	deadline := start.Add(s.opts.DrainTimeout)
 	s.log.Info("draining", "inFlight", p.cnt.inFlight.Load(), "timeout", s.opts.DrainTimeout.String())

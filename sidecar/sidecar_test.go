@@ -91,9 +91,10 @@ func TestParseOptions(t *testing.T) {
 	}{
 		{name: "defaults", want: func(*Options) {}},
 		{name: "env", env: map[string]string{"EBB_LISTEN": ":9000", "EBB_UPSTREAM": "127.0.0.1:3000", "EBB_ADMIN_LISTEN": ":9001",
-			"EBB_DRAIN_TIMEOUT": "5s", "EBB_COUNTING": "false", "POD_NAME": "p", "POD_NAMESPACE": "ns", "POD_IP": "10.0.0.1"},
+			"EBB_DRAIN_TIMEOUT": "5s", "EBB_DRAIN_DELAY": "2s", "EBB_COUNTING": "false", "POD_NAME": "p", "POD_NAMESPACE": "ns", "POD_IP": "10.0.0.1"},
 			want: func(o *Options) {
 				o.Listen, o.Upstream, o.AdminListen, o.DrainTimeout, o.Counting = ":9000", "127.0.0.1:3000", ":9001", 5*time.Second, false
+				o.DrainDelay = 2 * time.Second
 				o.PodName, o.PodNamespace, o.PodIP = "p", "ns", "10.0.0.1"
 			}},
 		{name: "flag beats env", args: []string{"--upstream", "127.0.0.1:4000", "--drain-timeout=1m", "--max-header-bytes", "8192"},
@@ -702,6 +703,81 @@ func TestDrain(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", r.addr, time.Second); err == nil {
 		t.Error("still accepting after the drain")
+	}
+}
+
+// TestWaitForDrain is the preStop hook the webhook gives the app container:
+// the sidecar stays ready and keeps serving (telling keep-alive clients to
+// close), and answers only once no request has arrived for the drain delay
+// and nothing is in flight.
+func TestWaitForDrain(t *testing.T) {
+	app := startTestApp(t)
+	o := testOptions(app.addr)
+	o.DrainDelay = 400 * time.Millisecond
+	r := startSidecar(t, o)
+	type result struct {
+		code int
+		body string
+		at   time.Time
+	}
+	start := time.Now()
+	done := make(chan result, 1)
+	go func() {
+		code, body := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
+		done <- result{code, body, time.Now()}
+	}()
+	// Requests keep arriving for 1 s, one every 100 ms (less than the
+	// delay): the wait must outlast them, and each is served and closed.
+	var last time.Time
+	for range 10 {
+		time.Sleep(100 * time.Millisecond)
+		resp, err := http.Get("http://" + r.addr + "/")
+		if err != nil {
+			t.Fatalf("request during the preStop wait: %v", err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = time.Now()
+		if resp.StatusCode != 200 || !resp.Close {
+			t.Errorf("request during the preStop wait: %d, Connection: close %v", resp.StatusCode, resp.Close)
+		}
+		if code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath); code != 200 {
+			t.Errorf("/ready = %d during the preStop wait, want 200 (still serving)", code)
+		}
+		select {
+		case res := <-done:
+			t.Fatalf("/wait-for-drain answered %d after %v while requests still arrived", res.code, res.at.Sub(start))
+		default:
+		}
+	}
+	res := <-done
+	if res.code != 200 || res.body != "drained\n" {
+		t.Errorf("/wait-for-drain = %d %q", res.code, res.body)
+	}
+	if quiet := res.at.Sub(last); quiet < o.DrainDelay || quiet > o.DrainDelay+time.Second {
+		t.Errorf("/wait-for-drain answered %v after the last request, want about the drain delay %v", quiet, o.DrainDelay)
+	}
+	// The pod goes on: the app still answers through the sidecar.
+	if code, _ := get(t, http.DefaultClient, "http://"+r.addr+"/"); code != 200 {
+		t.Errorf("request after the preStop wait: %d", code)
+	}
+}
+
+// TestWaitForDrainWaitsForInFlight: a request in flight holds the preStop
+// wait past the delay, up to the drain timeout.
+func TestWaitForDrainWaitsForInFlight(t *testing.T) {
+	app := startTestApp(t)
+	o := testOptions(app.addr)
+	o.DrainDelay = 100 * time.Millisecond
+	o.DrainTimeout = 400 * time.Millisecond
+	r := startSidecar(t, o)
+	go http.Get("http://" + r.addr + "/slow?d=2s")
+	waitFor(t, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
+	start := time.Now()
+	code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
+	took := time.Since(start)
+	if code != 503 || took < o.DrainTimeout || took > o.DrainTimeout+time.Second {
+		t.Errorf("/wait-for-drain with a request in flight: %d after %v, want 503 after the drain timeout %v", code, took, o.DrainTimeout)
 	}
 }
 

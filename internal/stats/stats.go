@@ -18,6 +18,9 @@ const (
 	// ReadyPath answers 200 once the app answers on its port, 503 otherwise
 	// and while the sidecar drains.
 	ReadyPath = "/ready"
+	// WaitForDrainPath is the sidecar's preStop endpoint: it answers once
+	// no request has arrived for the drain delay (see package sidecar).
+	WaitForDrainPath = "/wait-for-drain"
 	// ContentType is the media type of a Snapshot body.
 	ContentType = "text/plain; version=ebb1"
 )

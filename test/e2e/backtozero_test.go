@@ -1,16 +1,3 @@
-//go:build knownbug
-
-// Quarantined behind the knownbug build tag with TestNoLossWhileScalingToZero:
-// it failed 1 run in 3 in CI's path at the second wake. The request's
-// connection was DNATed (conntrack) to the last app pod that had just gone,
-// although kube-proxy's nftables already pointed the Service at the
-// activators when the test looked 3 s later: the same endpoint hand-over at
-// scale-to-zero as the known bug. Run it with
-//
-//	go test -tags knownbug -run TestBackToZero ./test/e2e/
-//
-// and drop the tag with the drain fix (issue 8, scenarios 2 and 3).
-
 package e2e
 
 import (

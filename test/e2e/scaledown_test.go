@@ -1,14 +1,3 @@
-//go:build knownbug
-
-// This test is quarantined behind the knownbug build tag: it fails today on
-// a real bug (requests lost while the last pod stops: the app and its
-// sidecar stop serving before kube-proxy has moved the Service to the
-// activator's hand-off slice). Run it with
-//
-//	go test -tags knownbug -run TestNoLossWhileScalingToZero ./test/e2e/
-//
-// and drop the tag when the drain fix lands (issue 8, scenario 3).
-
 package e2e
 
 import (

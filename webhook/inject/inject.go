@@ -118,6 +118,14 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 			}
 			rewriteProbes(c, app.PortName, app.Port)
 		}
+		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
+			if c.Lifecycle == nil {
+				c.Lifecycle = &corev1.Lifecycle{}
+			}
+			c.Lifecycle.PreStop = waitForDrain(cfg.AdminPort)
+		} else {
+			warnings = append(warnings, fmt.Sprintf("container %q has its own preStop hook, so ebb does not add its own (GET %s on port %d, which keeps the pod serving until traffic has moved away): requests may fail while the app scales down unless your hook calls it or waits a few seconds", c.Name, stats.WaitForDrainPath, cfg.AdminPort))
+		}
 	}
 
 	drain := cfg.DrainTimeout
@@ -199,6 +207,15 @@ func rewriteProbes(c *corev1.Container, name string, number int32) {
 			}
 		}
 	}
+}
+
+// waitForDrain is the preStop hook of the app container: the kubelet stops
+// the app only once the sidecar has seen no request for its drain delay,
+// that is once every Service consumer has moved to other endpoints.
+func waitForDrain(adminPort int32) *corev1.LifecycleHandler {
+	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path: stats.WaitForDrainPath, Port: intstr.FromInt32(adminPort), Scheme: corev1.URISchemeHTTP,
+	}}
 }
 
 func sidecar(cfg Config, dataPortName string, appPort int32, drain time.Duration) corev1.Container {

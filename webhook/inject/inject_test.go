@@ -84,10 +84,18 @@ func injected(mods ...func(*corev1.Pod)) *corev1.Pod {
 	p.Spec.Containers[0].Ports[0].Name = "ebb-app"
 	p.Spec.Containers[0].ReadinessProbe.HTTPGet.Port = intstr.FromInt32(8080)
 	p.Spec.InitContainers = []corev1.Container{wantSidecar()}
+	p.Spec.Containers[0].Lifecycle = wantPreStop(8022)
 	for _, m := range mods {
 		m(p)
 	}
 	return p
+}
+
+// wantPreStop is the hook Inject gives the app container.
+func wantPreStop(adminPort int32) *corev1.Lifecycle {
+	return &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path: "/wait-for-drain", Port: intstr.FromInt32(adminPort), Scheme: corev1.URISchemeHTTP,
+	}}}
 }
 
 func TestInject(t *testing.T) {
@@ -123,7 +131,8 @@ func TestInject(t *testing.T) {
 				p.Annotations["ebb.dev/port"] = "web"
 				p.Annotations["ebb.dev/sidecar"] = "ghcr.io/ebb-dev/ebb-sidecar:v1.2.3"
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "web", Ports: []corev1.ContainerPort{{Name: "ebb-app", ContainerPort: 3000}},
-					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(3000)}}}})
+					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(3000)}}},
+					Lifecycle:     wantPreStop(8022)})
 				p.Spec.InitContainers = []corev1.Container{wantSidecar(func(c *corev1.Container) {
 					c.Ports[0].Name = "web"
 					c.Env[1].Value = "127.0.0.1:3000"
@@ -145,6 +154,7 @@ func TestInject(t *testing.T) {
 			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 			c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/quit", Port: intstr.FromInt32(8080)}}}
 		}),
+		wantWarnings: []string{`container "app" has its own preStop hook, so ebb does not add its own (GET /wait-for-drain on port 8022, which keeps the pod serving until traffic has moved away): requests may fail while the app scales down unless your hook calls it or waits a few seconds`},
 	}, {
 		name: "unnamed port: sidecar port named http, with a warning",
 		pod: appPod(func(p *corev1.Pod) {
@@ -210,6 +220,7 @@ func TestInject(t *testing.T) {
 			s.Image = "registry.local/ebb-sidecar:dev"
 			s.Ports[0].ContainerPort, s.Ports[1].ContainerPort = 9012, 9022
 			s.Env[0].Value, s.Env[2].Value, s.Env[3].Value = ":9012", ":9022", "5s"
+			p.Spec.Containers[0].Lifecycle = wantPreStop(9022)
 		}),
 	}, {
 		name: "sidecar of this instance: unchanged, silent",
