@@ -74,6 +74,9 @@ type Scaling struct {
 	PollingInterval, Cooldown int64 // seconds
 	TargetConcurrency         int
 	RateWindow                string // the scaler's rateWindow metadata; its default if empty
+	// HPABehavior is the HPA's behavior (KEDA's advanced settings); the
+	// HPA's defaults if nil (scale-down stabilised over 5 minutes).
+	HPABehavior map[string]any
 }
 
 // ScaledObject scales the Deployment name 0↔Max on the counts of app name
@@ -83,7 +86,8 @@ func (r *Release) ScaledObject(ns, name string, s Scaling) cluster.ScaledObject 
 	if s.RateWindow != "" {
 		meta["rateWindow"] = s.RateWindow
 	}
-	return cluster.ScaledObject{Namespace: ns, Name: name, Min: 0, Max: s.Max, PollingInterval: s.PollingInterval, CooldownPeriod: s.Cooldown, Metadata: meta}
+	return cluster.ScaledObject{Namespace: ns, Name: name, Min: 0, Max: s.Max, PollingInterval: s.PollingInterval, CooldownPeriod: s.Cooldown, Metadata: meta,
+		HPABehavior: s.HPABehavior}
 }
 
 // HandOffEndpoints counts the ready endpoints of the activator's hand-off
