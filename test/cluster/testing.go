@@ -54,6 +54,9 @@ type ScaledObject struct {
 	Metadata map[string]string
 	// HPABehavior, if set, is spec.advanced.horizontalPodAutoscalerConfig.behavior.
 	HPABehavior map[string]any
+	// FallbackReplicas, if above 0, is spec.fallback: KEDA keeps this many
+	// replicas once the scaler failed FallbackFailures times in a row.
+	FallbackReplicas, FallbackFailures int64
 }
 
 // CreateScaledObject creates the ScaledObject and waits until KEDA reports
@@ -75,6 +78,9 @@ func (c *Cluster) CreateScaledObject(ctx context.Context, so ScaledObject) error
 		"minReplicaCount": so.Min, "maxReplicaCount": so.Max,
 		"pollingInterval": polling, "cooldownPeriod": cooldown,
 		"triggers": []any{map[string]any{"type": "external-push", "metadata": meta}},
+	}
+	if so.FallbackReplicas > 0 {
+		spec["fallback"] = map[string]any{"replicas": so.FallbackReplicas, "failureThreshold": so.FallbackFailures}
 	}
 	if so.HPABehavior != nil {
 		spec["advanced"] = map[string]any{"horizontalPodAutoscalerConfig": map[string]any{"behavior": so.HPABehavior}}

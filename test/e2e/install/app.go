@@ -77,6 +77,9 @@ type Scaling struct {
 	// HPABehavior is the HPA's behavior (KEDA's advanced settings); the
 	// HPA's defaults if nil (scale-down stabilised over 5 minutes).
 	HPABehavior map[string]any
+	// FallbackReplicas and FallbackFailures are the ScaledObject's fallback;
+	// none if FallbackReplicas is 0.
+	FallbackReplicas, FallbackFailures int64
 }
 
 // ScaledObject scales the Deployment name 0↔Max on the counts of app name
@@ -87,7 +90,7 @@ func (r *Release) ScaledObject(ns, name string, s Scaling) cluster.ScaledObject 
 		meta["rateWindow"] = s.RateWindow
 	}
 	return cluster.ScaledObject{Namespace: ns, Name: name, Min: 0, Max: s.Max, PollingInterval: s.PollingInterval, CooldownPeriod: s.Cooldown, Metadata: meta,
-		HPABehavior: s.HPABehavior}
+		HPABehavior: s.HPABehavior, FallbackReplicas: s.FallbackReplicas, FallbackFailures: s.FallbackFailures}
 }
 
 // HandOffEndpoints counts the ready endpoints of the activator's hand-off

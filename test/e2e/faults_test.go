@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/test/e2e/install"
+)
+
+// Scenario 5: faults. Each test takes a part of the shared release down
+// and restores it in its cleanup.
+
+// TestWebhookDownRefusesOptedInPods: with the webhook's pods gone and the
+// chart's failurePolicy Fail, the API server refuses an opted-in pod with a
+// message naming ebb's webhook, and admits every pod the webhook's
+// selectors leave out.
+func TestWebhookDownRefusesOptedInPods(t *testing.T) {
+	ctx := t.Context()
+	webhook := ebb.Fullname + "-webhook"
+	takeDown(t, webhook)
+	const optedIn, plain = "e2e-fault-webhook", "e2e-fault-plain"
+	if err := lc.EnsureNamespace(ctx, optedIn, map[string]string{ebb.Names.InjectLabel(): "enabled"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.EnsureNamespace(ctx, plain, nil); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(ns string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "fault-", Namespace: ns, Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/ebb-dev/ebb-test-app:dev", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+		}
+	}
+	app := map[string]string{ebb.Names.AppLabel(): "fault"}
+	_, err := lc.Client.CoreV1().Pods(optedIn).Create(ctx, pod(optedIn, app), metav1.CreateOptions{})
+	want := `failed calling webhook "inject.` + ebb.Names.Suffix() + `"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("opted-in pod with the webhook down: err %v, want one containing %s", err, want)
+	}
+	t.Logf("refused as expected: %v", err)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for _, p := range []*corev1.Pod{pod(plain, app), pod(optedIn, nil)} {
+		if _, err := lc.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, dry); err != nil {
+			t.Errorf("pod in %s with labels %v, which the webhook does not select: %v", p.Namespace, p.Labels, err)
+		}
+	}
+}
+
+// TestScalerDownKeepsReplicas: with the scaler's pods gone, KEDA cannot
+// read the app's counts; with a fallback in the ScaledObject it keeps the
+// app's replicas instead of letting the idle app scale to zero, and once
+// the scaler is back the idle app goes to zero again.
+//
+// KEDA 2.21 does not scale to fallback.replicas when an external scaler is
+// unreachable (kedacore/keda#8056: GetMetricSpec fails before the fallback
+// counter is consulted); its error path keeps the current replicas. So the
+// test asserts what matters to users of ebb: never zero, at least the
+// replicas it had.
+func TestScalerDownKeepsReplicas(t *testing.T) {
+	ctx := t.Context()
+	s := scaling
+	s.FallbackReplicas, s.FallbackFailures = 2, 2
+	a, err := ebb.DeployAtZero(ctx, lc, "e2e-fault-scaler", "kept", s, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 60 * time.Second}
+	if r := install.Get(ctx, client, a.URL, a.Host); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("wake: %d %q %v", r.Status, r.Body, r.Err)
+	}
+	restore := takeDown(t, ebb.Fullname+"-scaler")
+	down := time.Now()
+	// Idle, past rateWindow + cooldown several times over: without the
+	// scaler the app must neither reach zero nor miss the fallback.
+	var most int32
+	for time.Since(down) < 25*time.Second { // bounded: 50 reads
+		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *d.Spec.Replicas == 0 {
+			t.Fatalf("scaled to zero %v after the scaler went down", time.Since(down).Round(time.Millisecond))
+		}
+		most = max(most, *d.Spec.Replicas)
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("scaler down for 25 s, idle: the app was kept, at most %d replicas (fallback.replicas %d; see kedacore/keda#8056)", most, s.FallbackReplicas)
+	restore()
+	back := time.Now()
+	if err := lc.WaitReplicas(ctx, a.Namespace, a.Name, 0, 2*time.Minute); err != nil {
+		t.Fatalf("after the scaler came back: %v", err)
+	}
+	t.Logf("scaler back: the idle app went to zero %v later", time.Since(back).Round(time.Millisecond))
+}
+
+// takeDown scales a Deployment of the release to 0 and waits until its
+// Service has no ready endpoint; the returned func (also run at cleanup)
+// scales it back and waits until it is Ready.
+func takeDown(t *testing.T, name string) (restore func()) {
+	t.Helper()
+	ctx := t.Context()
+	ns := ebb.Namespace
+	sc, err := lc.Client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := sc.Spec.Replicas
+	setScale := func(ctx context.Context, n int32) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			sc, err := lc.Client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			sc.Spec.Replicas = n
+			_, err = lc.Client.AppsV1().Deployments(ns).UpdateScale(ctx, name, sc, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	done := false
+	restore = func() {
+		if done {
+			return
+		}
+		done = true
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := setScale(ctx, replicas); err != nil {
+			t.Errorf("restore %s/%s to %d replicas: %v", ns, name, replicas, err)
+			return
+		}
+		if err := install.WaitDeploymentReady(ctx, lc, ns, name, 2*time.Minute); err != nil {
+			t.Errorf("restore %s/%s: %v", ns, name, err)
+			return
+		}
+		if err := cluster.WaitFor(ctx, time.Minute, name+" with ready endpoints", func(ctx context.Context) (bool, error) {
+			n, err := lc.ReadyEndpoints(ctx, ns, name)
+			return n > 0, err
+		}); err != nil {
+			t.Errorf("restore %s/%s: %v", ns, name, err)
+		}
+	}
+	t.Cleanup(restore)
+	if err := setScale(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 60*time.Second, name+" without a ready endpoint", func(ctx context.Context) (bool, error) {
+		n, err := lc.ReadyEndpoints(ctx, ns, name)
+		return n == 0, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s/%s scaled to 0 (was %d)", ns, name, replicas)
+	return restore
+}
