@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -155,6 +157,11 @@ func Run(ctx context.Context, opts Options) error {
 	go func() { serveErr <- serve(admin, adminLn, "admin") }()
 
 	if opts.LeaderElection {
+		if _, err := activators.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			releaseIfHolderGone(runCtx, kube, opts, names, log, obj)
+		}}); err != nil {
+			return fmt.Errorf("watch activator pods: %w", err)
+		}
 		wg.Go(func() { lead(runCtx, kube, opts, names, log, ho, prop) })
 	} else {
 		wg.Go(func() { ho.run(runCtx) })
@@ -221,6 +228,37 @@ func lead(ctx context.Context, kube kubernetes.Interface, opts Options, names gr
 		}
 		le.Run(ctx)
 	}
+}
+
+// releaseIfHolderGone deletes the instance's Lease when the pod that holds
+// it is deleted without stopping gracefully (a force delete, a lost node):
+// the other replicas then take the hand-off over within a retry period
+// instead of waiting the lease out, while its slices still name the gone
+// pod. A holder that stops gracefully releases the Lease itself.
+func releaseIfHolderGone(ctx context.Context, kube kubernetes.Interface, opts Options, names groupsuffix.Names, log logr.Logger, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Name == opts.PodName {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	leases := kube.CoordinationV1().Leases(opts.PodNamespace)
+	name := names.ClusterScopedName("activator")
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != pod.Name {
+		return
+	}
+	rv := lease.ResourceVersion
+	if err := leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}); err != nil {
+		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.Error(err, "release the Lease of a gone holder", "holder", pod.Name)
+		}
+		return
+	}
+	log.Info("released the Lease of a holder whose pod is gone", "holder", pod.Name)
 }
 
 func adminHandler(reg *prometheus.Registry, dp *DataPlane, src *sources, pod string, draining <-chan struct{}) http.Handler {

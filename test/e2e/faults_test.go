@@ -3,13 +3,17 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
@@ -159,4 +163,109 @@ func takeDown(t *testing.T, name string) (restore func()) {
 	}
 	t.Logf("%s/%s scaled to 0 (was %d)", ns, name, replicas)
 	return restore
+}
+
+// TestActivatorKilledWhileHolding: two activators hold requests for an app
+// that is slow to start; the one holding the instance's Lease (running the
+// hand-off) is force-deleted, as a lost node would be. The other takes the
+// hand-off over at once, the hand-off slice names only it, and requests
+// sent from then on are all answered 200 once the app is up. Requests that
+// were held on the killed pod's connections fail with a transport error
+// (their TCP connection died with it); none gets an error status.
+func TestActivatorKilledWhileHolding(t *testing.T) {
+	ctx := t.Context()
+	a := deployAtZero(t, "e2e-fault-activator", "held")
+	// The app binds its port 8 s after it starts, so requests stay held.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := &d.Spec.Template.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "STARTUP_DELAY", Value: "8s"})
+		_, err = lc.Client.AppsV1().Deployments(a.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	activator := ebb.Fullname + "-activator"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := install.WaitDeploymentReady(ctx, lc, ebb.Namespace, activator, 2*time.Minute); err != nil {
+			t.Errorf("activator replaced: %v", err)
+		}
+	})
+	var ips []string
+	if err := cluster.WaitFor(ctx, time.Minute, "the hand-off slice with both activators", func(ctx context.Context) (bool, error) {
+		var err error
+		ips, err = handOffAddresses(ctx, a)
+		return len(ips) == 2, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := lc.Client.CoordinationV1().Leases(ebb.Namespace).Get(ctx, ebb.Names.ClusterScopedName("activator"), metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("the activators' Lease: %v", err)
+	}
+	leader, err := lc.Client.CoreV1().Pods(ebb.Namespace).Get(ctx, *lease.Spec.HolderIdentity, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	const n = 10
+	held := make([]install.Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { held[i] = install.Get(ctx, client, a.URL, a.Host) })
+	}
+	time.Sleep(time.Second)
+	killed := time.Now()
+	if err := lc.Client.CoreV1().Pods(ebb.Namespace).Delete(ctx, leader.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("force-deleted the leading activator %s (%s) with %d requests held by the two", leader.Name, leader.Status.PodIP, n)
+	if err := cluster.WaitFor(ctx, 6*time.Second, "the hand-off slice without the killed activator", func(ctx context.Context) (bool, error) {
+		ips, err := handOffAddresses(ctx, a)
+		return err == nil && len(ips) >= 1 && !slices.Contains(ips, leader.Status.PodIP), err
+	}); err != nil {
+		t.Fatalf("%v (the survivor must take the hand-off over, not wait the Lease out)", err)
+	}
+	t.Logf("hand-off slice without the killed activator %v after the kill", time.Since(killed).Round(time.Millisecond))
+	time.Sleep(1500 * time.Millisecond) // kube-proxy's minimum sync period is 1 s
+	after := install.Send(ctx, a.URL, a.Host, n, 60*time.Second)
+	wg.Wait()
+	if err := install.Failures(after); err != nil {
+		t.Errorf("requests sent after the kill, not 200:\n%v", err)
+	}
+	ok := 0
+	for i, r := range held {
+		switch {
+		case r.Err == nil && r.Status == http.StatusOK:
+			ok++
+		case r.Err == nil:
+			t.Errorf("held request %d: %d %q, want 200 or a transport error", i, r.Status, r.Body)
+		}
+	}
+	t.Logf("of %d requests held at the kill, %d answered 200, %d cut with the killed pod; all %d sent after it answered 200", n, ok, n-ok, n)
+}
+
+// handOffAddresses lists the ready addresses of the app Service's hand-off
+// slices.
+func handOffAddresses(ctx context.Context, a *install.AppAtZero) ([]string, error) {
+	list, err := lc.Client.DiscoveryV1().EndpointSlices(a.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + a.Name + "," +
+		discoveryv1.LabelManagedBy + "=" + ebb.Names.EndpointSliceManagedBy()})
+	if err != nil {
+		return nil, err
+	}
+	var ips []string
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				ips = append(ips, e.Addresses...)
+			}
+		}
+	}
+	return ips, nil
 }
