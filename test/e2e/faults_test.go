@@ -80,12 +80,17 @@ func TestScalerDownKeepsReplicas(t *testing.T) {
 	if r := install.Get(ctx, client, a.URL, a.Host); r.Err != nil || r.Status != http.StatusOK {
 		t.Fatalf("wake: %d %q %v", r.Status, r.Body, r.Err)
 	}
+	// A slow request keeps the app busy while the scaler's pods stop (they
+	// answer KEDA until they exit); it ends with the scaler down.
+	slow := make(chan install.Result, 1)
+	go func() { slow <- install.Get(ctx, client, a.URL+"?delay=15s", a.Host) }()
+	time.Sleep(time.Second)
 	restore := takeDown(t, ebb.Fullname+"-scaler")
 	down := time.Now()
-	// Idle, past rateWindow + cooldown several times over: without the
-	// scaler the app must neither reach zero nor miss the fallback.
+	// Idle once the slow request ends (about 15 s in), for more than twice
+	// rateWindow + cooldown: without the scaler, the app must not reach zero.
 	var most int32
-	for time.Since(down) < 25*time.Second { // bounded: 50 reads
+	for time.Since(down) < 35*time.Second { // bounded: 70 reads
 		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +101,10 @@ func TestScalerDownKeepsReplicas(t *testing.T) {
 		most = max(most, *d.Spec.Replicas)
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Logf("scaler down for 25 s, idle: the app was kept, at most %d replicas (fallback.replicas %d; see kedacore/keda#8056)", most, s.FallbackReplicas)
+	if r := <-slow; r.Err != nil || r.Status != http.StatusOK {
+		t.Errorf("the slow request: %d %q %v", r.Status, r.Body, r.Err)
+	}
+	t.Logf("scaler down for 35 s, idle for 20 s or more: the app was kept, at most %d replicas (fallback.replicas %d; see kedacore/keda#8056)", most, s.FallbackReplicas)
 	restore()
 	back := time.Now()
 	if err := lc.WaitReplicas(ctx, a.Namespace, a.Name, 0, 2*time.Minute); err != nil {
@@ -155,9 +163,20 @@ func takeDown(t *testing.T, name string) (restore func()) {
 	if err := setScale(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.WaitFor(ctx, 60*time.Second, name+" without a ready endpoint", func(ctx context.Context) (bool, error) {
-		n, err := lc.ReadyEndpoints(ctx, ns, name)
-		return n == 0, err
+	// Gone means its pods are gone, not only its endpoints: clients with
+	// established connections (KEDA's gRPC to the scaler) reach a
+	// terminating pod until it exits.
+	if err := cluster.WaitFor(ctx, 90*time.Second, "the pods of "+name+" gone", func(ctx context.Context) (bool, error) {
+		pods, err := lc.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Name, name+"-") {
+				return false, nil
+			}
+		}
+		return true, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
