@@ -130,7 +130,7 @@ func Install(ctx context.Context, c *cluster.Cluster, o Options) (*Release, erro
 	}); err != nil {
 		return r, err
 	}
-	o.Logf("webhook configuration %s carries the webhook's own CA", webhookConfigurationName(names))
+	o.Logf("webhook configuration %s carries a caBundle", webhookConfigurationName(names))
 	return r, nil
 }
 
