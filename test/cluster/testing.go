@@ -28,7 +28,7 @@ func Main(m *testing.M, opts Options, set func(*Cluster)) int {
 	if opts.Logf == nil {
 		opts.Logf = func(f string, a ...any) { fmt.Printf(f+"\n", a...) }
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // includes waiting for another package's cluster
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // includes waiting for other packages' clusters (test/e2e alone runs ~6 min)
 	defer cancel()
 	c, err := Start(ctx, opts)
 	if err != nil {

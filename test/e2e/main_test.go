@@ -32,7 +32,7 @@ func run(m *testing.M) int {
 		fmt.Println("skipping the end-to-end tests in -short mode")
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // includes waiting for other packages' clusters
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{KEDAMetricsAdapter: true, Logf: logf})
 	if err != nil {

@@ -33,7 +33,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // includes waiting for other packages' clusters
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }})
 	if err != nil {

@@ -27,7 +27,7 @@ func run(m *testing.M) int {
 		fmt.Println("-short: skipping the tests against the local cluster")
 		return m.Run()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // includes waiting for other packages' clusters
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }})
 	if err != nil {
