@@ -94,7 +94,7 @@ func (m *CertManager) Issue(ctx context.Context, ns, name string) (*big.Int, err
 	dnsNames, _, _ := unstructured.NestedStringSlice(crt.Object, "spec", "dnsNames")
 	issuer, _, _ := unstructured.NestedStringMap(crt.Object, "spec", "issuerRef")
 	if secretName == "" || len(dnsNames) == 0 {
-		return nil, fmt.Errorf("Certificate %s/%s: no secretName or dnsNames", ns, name)
+		return nil, fmt.Errorf("certificate %s/%s: no secretName or dnsNames", ns, name)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -167,7 +167,7 @@ func (m *CertManager) InjectCA(ctx context.Context, name string) error {
 		}
 		crt, err := m.dyn.Resource(Certificates).Namespace(ns).Get(ctx, crtName, metav1.GetOptions{})
 		if err != nil {
-			return false, fmt.Errorf("Certificate %s named by %s: %w", from, name, err)
+			return false, fmt.Errorf("read certificate %s named by %s: %w", from, name, err)
 		}
 		secretName, _, _ := unstructured.NestedString(crt.Object, "spec", "secretName")
 		s, err := m.c.Client.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
