@@ -24,6 +24,11 @@
 //	| <suffix>/drain-timeout      | Pod annotation  | how long the sidecar drains on SIGTERM, Go duration in [0, 10m]        | --sidecar-drain-timeout (20s)      |
 //	| <suffix>/sidecar            | Pod annotation  | set by the webhook: the image it injected                              | —                                  |
 //
+// The app container gets a preStop hook, an httpGet of the sidecar's
+// admin path /wait-for-drain, so that a stopping pod serves until traffic
+// has moved away (see package sidecar); a container with a preStop hook of
+// its own keeps it, and the pod is admitted with a warning saying so.
+//
 // The AppRoute controller re-reads hosts, paths, port, service, queue-size
 // and cold-start-timeout from the Deployment's pod template, so a change
 // applies even while the app runs no pod.
