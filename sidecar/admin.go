@@ -47,7 +47,9 @@ func (p *proxy) adminHandler(bootID uint64) http.Handler {
 	})
 	mux.HandleFunc("GET "+stats.WaitForDrainPath, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		p.beginClosing()
+		if p.beginClosing() {
+			p.h2.rotate(start.Add(p.opts.DrainTimeout))
+		}
 		p.log.Info("preStop: waiting for a quiet period", "delay", p.opts.DrainDelay.String(), "inFlight", p.cnt.inFlight.Load())
 		quiet := p.waitQuiet(r.Context(), p.opts.DrainDelay, start.Add(p.opts.DrainTimeout))
 		p.log.Info("preStop: done", "quiet", quiet, "took", time.Since(start).String(), "inFlight", p.cnt.inFlight.Load())

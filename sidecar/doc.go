@@ -75,8 +75,9 @@
 // The webhook gives the app container a preStop hook, GET /wait-for-drain on
 // the admin port, so that a terminating pod keeps serving until every
 // Service consumer (kube-proxy and the like) has moved away from it: the
-// sidecar stays ready, answers every response with "Connection: close" so
-// keep-alive clients reconnect through the Service, and answers the hook
+// sidecar stays ready, answers every response with "Connection: close" and
+// sends h2c connections a GOAWAY, so clients reconnect through the Service
+// (new h2c connections are still served), and answers the hook
 // (200) once nothing is in flight and no request has arrived for
 // --drain-delay, or 503 at --drain-timeout. Only then does the kubelet stop
 // the app, and the sidecar after it (native sidecars stop last).

@@ -1,12 +1,15 @@
 package sidecar
 
 import (
+	"context"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -15,8 +18,22 @@ import (
 
 // h2cServer serves the connections that start with the HTTP/2 preface
 // (h2c with prior knowledge, gRPC included) with net/http, and proxies each
-// stream to the app over one h2c transport built once.
+// stream to the app over one h2c transport built once. Its net/http server
+// can be replaced (rotate) so that the connections it holds get a GOAWAY
+// while new ones are still served.
 type h2cServer struct {
+	handler http.Handler
+	idle    time.Duration
+	errLog  *log.Logger
+
+	mu   sync.Mutex
+	cur  *h2cGen
+	old  []*h2cGen // rotated away, shutting down
+	done bool
+}
+
+// h2cGen is one net/http server and the listener handOff feeds it.
+type h2cGen struct {
 	srv *http.Server
 	ln  *chanListener
 }
@@ -56,28 +73,91 @@ func newH2CServer(p *proxy) *h2cServer {
 		}
 		rp.ServeHTTP(w, r)
 	})
-	var protos http.Protocols
-	protos.SetUnencryptedHTTP2(true)
-	h := &h2cServer{
-		srv: &http.Server{
-			Handler:     handler,
-			Protocols:   &protos,
-			IdleTimeout: p.opts.IdleTimeout,
-			ErrorLog:    errLog,
-		},
-		ln: &chanListener{ch: make(chan net.Conn), done: make(chan struct{})},
-	}
-	go h.srv.Serve(h.ln) // returns when ln closes
+	h := &h2cServer{handler: handler, idle: p.opts.IdleTimeout, errLog: errLog}
+	h.cur = h.newGen()
 	return h
 }
 
-// handOff gives a connection to the h2c server; false if it is closed.
+func (h *h2cServer) newGen() *h2cGen {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	g := &h2cGen{
+		srv: &http.Server{
+			Handler:     h.handler,
+			Protocols:   &protos,
+			IdleTimeout: h.idle,
+			ErrorLog:    h.errLog,
+		},
+		ln: &chanListener{ch: make(chan net.Conn), done: make(chan struct{})},
+	}
+	go g.srv.Serve(g.ln) // returns when ln closes
+	return g
+}
+
+// handOff gives a connection to the current h2c server; false once the
+// h2c server is shut down.
 func (h *h2cServer) handOff(c net.Conn) bool {
-	select {
-	case h.ln.ch <- c:
-		return true
-	case <-h.ln.done:
-		return false
+	for {
+		h.mu.Lock()
+		g, done := h.cur, h.done
+		h.mu.Unlock()
+		if done {
+			return false
+		}
+		select {
+		case g.ln.ch <- c:
+			return true
+		case <-g.ln.done: // rotated away meanwhile: try the new one
+		}
+	}
+}
+
+// rotate sends a GOAWAY to every h2c connection (their clients open new
+// ones, through the Service, to whoever serves it now) and lets their open
+// streams finish until deadline, while new connections are still served.
+func (h *h2cServer) rotate(deadline time.Time) {
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return
+	}
+	old := h.cur
+	h.cur = h.newGen()
+	h.old = append(h.old, old)
+	h.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		if old.srv.Shutdown(ctx) != nil {
+			old.srv.Close()
+		}
+	}()
+}
+
+// shutdown sends a GOAWAY to every h2c connection, refuses new ones and
+// waits for open streams until ctx ends; false if some were still open.
+func (h *h2cServer) shutdown(ctx context.Context) bool {
+	h.mu.Lock()
+	h.done = true
+	gens := append([]*h2cGen{h.cur}, h.old...)
+	h.mu.Unlock()
+	clean := true
+	for _, g := range gens {
+		if g.srv.Shutdown(ctx) != nil {
+			clean = false
+		}
+	}
+	return clean
+}
+
+// close cuts every h2c connection.
+func (h *h2cServer) close() {
+	h.mu.Lock()
+	h.done = true
+	gens := append([]*h2cGen{h.cur}, h.old...)
+	h.mu.Unlock()
+	for _, g := range gens {
+		g.srv.Close()
 	}
 }
 

@@ -132,11 +132,13 @@ func (p *proxy) arrived() {
 
 // beginClosing makes responses close their connection, so that keep-alive
 // clients reconnect (through the Service, to whoever serves it now), and
-// starts the quiet period.
-func (p *proxy) beginClosing() {
-	if p.closing.CompareAndSwap(false, true) {
-		p.quietFrom.Store(time.Now().UnixNano())
+// starts the quiet period; true the first time.
+func (p *proxy) beginClosing() bool {
+	if !p.closing.CompareAndSwap(false, true) {
+		return false
 	}
+	p.quietFrom.Store(time.Now().UnixNano())
+	return true
 }
 
 // waitQuiet waits, after beginClosing, until nothing is in flight and no

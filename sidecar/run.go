@@ -145,12 +145,12 @@ func (s *server) drain() error {
 	<-s.acceptDone // no connection is added after this
 	p.stop()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	p.h2.srv.Shutdown(ctx) // GOAWAY, then waits for open streams
+	p.h2.shutdown(ctx) // GOAWAY, then waits for open streams
 	cancel()
 	clean := p.waitConns(deadline)
 	if !clean {
 		p.closeAll()
-		p.h2.srv.Close()
+		p.h2.close()
 		p.waitConns(time.Now().Add(time.Second))
 	}
 	p.up.CloseIdle(time.Now(), 0)

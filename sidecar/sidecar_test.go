@@ -763,6 +763,52 @@ func TestWaitForDrain(t *testing.T) {
 	}
 }
 
+// TestWaitForDrainSendsGOAWAY: h2c connections (gRPC clients keep theirs
+// for good) get a GOAWAY when the preStop wait begins, so their next request
+// goes over a new connection, through the Service, while the pod still
+// serves new ones.
+func TestWaitForDrainSendsGOAWAY(t *testing.T) {
+	app := startTestApp(t)
+	o := testOptions(app.addr)
+	o.DrainDelay = 300 * time.Millisecond
+	r := startSidecar(t, o)
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: &protos}}
+	var conns []net.Conn
+	request := func() {
+		t.Helper()
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn) }}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, "http://"+r.addr+"/", nil)
+		resp, err := h2.Do(req)
+		if err != nil {
+			t.Fatalf("h2c request: %v", err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+			t.Fatalf("h2c request: %d over HTTP/%d", resp.StatusCode, resp.ProtoMajor)
+		}
+	}
+	request()
+	request()
+	if conns[0] != conns[1] {
+		t.Fatal("the h2c client did not reuse its connection before the drain")
+	}
+	done := make(chan int, 1)
+	go func() {
+		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
+		done <- code
+	}()
+	waitFor(t, "the GOAWAY", func() bool {
+		request()
+		return conns[len(conns)-1] != conns[0]
+	})
+	if code := <-done; code != 200 {
+		t.Errorf("/wait-for-drain = %d", code)
+	}
+}
+
 // TestWaitForDrainWaitsForInFlight: a request in flight holds the preStop
 // wait past the delay, up to the drain timeout.
 func TestWaitForDrainWaitsForInFlight(t *testing.T) {
