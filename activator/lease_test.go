@@ -1,0 +1,72 @@
+package activator
+
+import (
+	"testing"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+)
+
+// A replica deletes the activators' Lease only when the deleted pod is the
+// Lease's holder and not itself; a tombstone counts as a deleted pod. Run
+// against a real kube-apiserver (envtest, KUBEBUILDER_ASSETS).
+func TestReleaseIfHolderGone(t *testing.T) {
+	names, err := groupsuffix.New("ebb.dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver (envtest; KUBEBUILDER_ASSETS=bin/k8s, see make tools): %v", err)
+	}
+	t.Cleanup(func() { env.Stop() })
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{PodName: "act-b", PodNamespace: "ebb-system"}
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ebb-system"}}
+	}
+	for name, tc := range map[string]struct {
+		holder  string
+		deleted any
+		gone    bool
+	}{
+		"the holder's pod is deleted":    {holder: "act-a", deleted: pod("act-a"), gone: true},
+		"a tombstone of the holder":      {holder: "act-a", deleted: cache.DeletedFinalStateUnknown{Key: "ebb-system/act-a", Obj: pod("act-a")}, gone: true},
+		"another pod is deleted":         {holder: "act-a", deleted: pod("act-c")},
+		"its own pod (it is the holder)": {holder: "act-b", deleted: pod("act-b")},
+		"not a pod":                      {holder: "act-a", deleted: "act-a"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lease := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: names.ClusterScopedName("activator"), Namespace: "ebb-system"},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(tc.holder)},
+			}
+			leases := kube.CoordinationV1().Leases("ebb-system")
+			if _, err := leases.Create(t.Context(), lease, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			defer leases.Delete(t.Context(), lease.Name, metav1.DeleteOptions{})
+			releaseIfHolderGone(t.Context(), kube, opts, names, logr.Discard(), tc.deleted)
+			_, err := leases.Get(t.Context(), lease.Name, metav1.GetOptions{})
+			if gone := apierrors.IsNotFound(err); gone != tc.gone || (err != nil && !gone) {
+				t.Fatalf("Lease deleted = %v (err %v), want %v", gone, err, tc.gone)
+			}
+		})
+	}
+}
