@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -73,4 +74,21 @@ func lookPath(name, pkg string) (string, error) {
 		return "", fmt.Errorf("%s not found: install Debian's %s (make tools does)", name, pkg)
 	}
 	return p, nil
+}
+
+// ModuleDir is where the module cache holds module@version (a module that
+// `make tools` downloads, such as cert-manager's for its CRDs).
+func ModuleDir(module string) (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "mod", "download", "-json", module)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	var m struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &m); err != nil || jerr != nil || m.Dir == "" {
+		return "", fmt.Errorf("go mod download %s (needs the module cache or the Go module proxy; make tools): %v %s", module, err, m.Error)
+	}
+	return m.Dir, nil
 }

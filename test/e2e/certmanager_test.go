@@ -3,11 +3,9 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"math/big"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,25 +154,13 @@ func restarts(p *corev1.Pod) int32 {
 	return n
 }
 
-// moduleDir is where the module cache holds module@version (downloaded by
-// `make tools`).
 func moduleDir(t *testing.T, module string) string {
 	t.Helper()
-	root, err := cluster.ModuleRoot()
+	dir, err := cluster.ModuleDir(module)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "mod", "download", "-json", module)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go mod download %s (run `make tools`): %v\n%s", module, err, out)
-	}
-	var m struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		t.Fatalf("go mod download %s: %v %s", module, err, m.Error)
-	}
-	return m.Dir
+	return dir
 }
 
 var netDialer = net.Dialer{Timeout: 2 * time.Second}

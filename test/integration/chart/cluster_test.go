@@ -2,9 +2,7 @@ package chart
 
 import (
 	"context"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,17 +122,11 @@ func applyOptionalCRDs(t *testing.T, c *cluster.Cluster) {
 
 func moduleDir(t *testing.T, module string) string {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", module)
-	cmd.Dir = moduleRoot(t)
-	out, err := cmd.Output()
+	dir, err := cluster.ModuleDir(module)
 	if err != nil {
-		t.Fatalf("go mod download %s (needs the module cache or the Go module proxy): %v\n%s", module, err, out)
+		t.Fatal(err)
 	}
-	var m struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		t.Fatalf("go mod download %s: %v %s", module, err, m.Error)
-	}
-	return m.Dir
+	return dir
 }
 
 func clients(t *testing.T, c *cluster.Cluster) (*dynamic.DynamicClient, *restmapper.DeferredDiscoveryRESTMapper) {
