@@ -1,19 +1,10 @@
-//go:build kedabug
-
-// Quarantined behind the kedabug build tag: it fails about 1 run in 4.
-// With the scaler unreachable, KEDA 2.21 sometimes scales the idle app to
-// minReplicaCount (0): when GetMetricSpec fails, the ScaledObject comes out
-// neither active nor in error ("Successfully set ScaleTarget replicas count
-// to ScaledObject minReplicaCount" right after "error getting metric spec
-// for the scaler ... got empty metric spec"), the same root as
-// kedacore/keda#8056. Run it with
-//
-//	go test -tags kedabug -run TestScalerDownKeepsReplicas ./test/e2e/
-
 package e2e
 
 import (
+	"bytes"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,7 +22,12 @@ import (
 // unreachable (kedacore/keda#8056: GetMetricSpec fails before the fallback
 // counter is consulted); its error path keeps the current replicas. So the
 // test asserts what matters to users of ebb: never zero, at least the
-// replicas it had.
+// replicas it had. As released, KEDA 2.21 also scales the idle app to zero
+// in about 1 run in 4 here (a scale-loop read on a scalers cache the
+// metrics path has just replaced counts as "inactive, no error"); the
+// operator the Makefile builds carries the fix,
+// test/tools/keda/scale-loop-cache-closed.patch, and the test reports how
+// often it skipped a check for that reason.
 func TestScalerDownKeepsReplicas(t *testing.T) {
 	ctx := t.Context()
 	s := scaling
@@ -49,6 +45,8 @@ func TestScalerDownKeepsReplicas(t *testing.T) {
 	slow := make(chan install.Result, 1)
 	go func() { slow <- install.Get(ctx, client, a.URL+"?delay=15s", a.Host) }()
 	time.Sleep(time.Second)
+	operatorLog := filepath.Join(lc.Dir, "logs", "keda-operator.log")
+	before := logSize(operatorLog)
 	restore := takeDown(t, ebb.Fullname+"-scaler")
 	down := time.Now()
 	// Idle once the slow request ends (about 15 s in), for more than twice
@@ -69,10 +67,41 @@ func TestScalerDownKeepsReplicas(t *testing.T) {
 		t.Errorf("the slow request: %d %q %v", r.Status, r.Body, r.Err)
 	}
 	t.Logf("scaler down for 35 s, idle for 20 s or more: the app was kept, at most %d replicas (fallback.replicas %d; see kedacore/keda#8056)", most, s.FallbackReplicas)
+	t.Logf("KEDA skipped %d checks of the app that read a replaced scalers cache (each would have been an \"inactive\" answer without the patch)",
+		countSince(operatorLog, before, "scalers cache was replaced while it was read", a.Namespace))
 	restore()
 	back := time.Now()
 	if err := lc.WaitReplicas(ctx, a.Namespace, a.Name, 0, 2*time.Minute); err != nil {
 		t.Fatalf("after the scaler came back: %v", err)
 	}
 	t.Logf("scaler back: the idle app went to zero %v later", time.Since(back).Round(time.Millisecond))
+}
+
+// logSize is how long a log is now: where countSince starts reading.
+func logSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// countSince counts the lines written to a log after offset that contain
+// every one of words.
+func countSince(path string, offset int64, words ...string) int {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return 0
+	}
+	n := 0
+lines:
+	for line := range bytes.Lines(b[offset:]) {
+		for _, w := range words {
+			if !bytes.Contains(line, []byte(w)) {
+				continue lines
+			}
+		}
+		n++
+	}
+	return n
 }
