@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,7 +36,7 @@ const kedaModule = "github.com/kedacore/keda/v2"
 // startKEDA applies KEDA's CRDs and runs its operator against the cluster
 // with its own certificates; it returns the operator's health address.
 func (c *Cluster) startKEDA(ctx context.Context, bin string) (string, error) {
-	dir, err := moduleDir(kedaModule)
+	dir, err := ModuleDir(kedaModule)
 	if err != nil {
 		return "", err
 	}
@@ -152,25 +151,6 @@ func (c *Cluster) ApplyCRDs(ctx context.Context, dir string) error {
 		}
 	}
 	return nil
-}
-
-// moduleDir finds a module of ebb's build list in the module cache.
-func moduleDir(module string) (string, error) {
-	root, err := ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("locate module %s (go list -m): %w", module, err)
-	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		return "", fmt.Errorf("module %s is not downloaded: run `go mod download`", module)
-	}
-	return dir, nil
 }
 
 // KEDAMetricsAPIService is the APIService KEDA's metrics adapter serves; the

@@ -76,8 +76,9 @@ func lookPath(name, pkg string) (string, error) {
 	return p, nil
 }
 
-// ModuleDir is where the module cache holds module@version (a module that
-// `make tools` downloads, such as cert-manager's for its CRDs).
+// ModuleDir is where the module cache holds module@version, or module at
+// the version of ebb's build list (KEDA's for its CRDs; cert-manager's,
+// which `make tools` downloads, for theirs).
 func ModuleDir(module string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {

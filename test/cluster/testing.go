@@ -117,3 +117,14 @@ func (c *Cluster) CreateScaledObject(ctx context.Context, so ScaledObject) error
 	}
 	return nil
 }
+
+// MustModuleDir is ModuleDir for a test: it fails the test if the module
+// cannot be found.
+func MustModuleDir(t testing.TB, module string) string {
+	t.Helper()
+	dir, err := ModuleDir(module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

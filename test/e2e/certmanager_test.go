@@ -32,7 +32,7 @@ const certManagerModule = "github.com/cert-manager/cert-manager@v1.21.2"
 // without a restart, and admission through the API server keeps working.
 func TestCertManagerMode(t *testing.T) {
 	ctx := t.Context()
-	if err := lc.ApplyCRDs(ctx, filepath.Join(moduleDir(t, certManagerModule), "deploy", "crds")); err != nil {
+	if err := lc.ApplyCRDs(ctx, filepath.Join(cluster.MustModuleDir(t, certManagerModule), "deploy", "crds")); err != nil {
 		t.Fatal(err)
 	}
 	cm, err := install.NewCertManager(lc)
@@ -152,15 +152,6 @@ func restarts(p *corev1.Pod) int32 {
 		n += s.RestartCount
 	}
 	return n
-}
-
-func moduleDir(t *testing.T, module string) string {
-	t.Helper()
-	dir, err := cluster.ModuleDir(module)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 var netDialer = net.Dialer{Timeout: 2 * time.Second}

@@ -103,10 +103,10 @@ func TestServerSideDryRun(t *testing.T) {
 func applyOptionalCRDs(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.ApplyCRDs(ctx, filepath.Join(moduleDir(t, certManagerModule), "deploy", "crds")); err != nil {
+	if err := c.ApplyCRDs(ctx, filepath.Join(cluster.MustModuleDir(t, certManagerModule), "deploy", "crds")); err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(moduleDir(t, prometheusOperatorModule), "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml")
+	src := filepath.Join(cluster.MustModuleDir(t, prometheusOperatorModule), "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml")
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
@@ -118,15 +118,6 @@ func applyOptionalCRDs(t *testing.T, c *cluster.Cluster) {
 	if err := c.ApplyCRDs(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func moduleDir(t *testing.T, module string) string {
-	t.Helper()
-	dir, err := cluster.ModuleDir(module)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 func clients(t *testing.T, c *cluster.Cluster) (*dynamic.DynamicClient, *restmapper.DeferredDiscoveryRESTMapper) {
