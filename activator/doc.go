@@ -4,7 +4,7 @@
 // /ready so it does not wait on EndpointSlice propagation. Warm requests
 // that still reach it are proxied straight through, round robin over the
 // app's ready endpoints and never counted as held: HTTP/1.1 (WebSocket and
-// SSE included) by the hand-written engine of package internal/proxy
+// SSE included) by the hand-written engine of package internal/http1
 // (DataServer: one keep-alive pool per endpoint, built once, dropped with
 // the endpoint), anything else by net/http, to which the DataServer hands
 // the connection (h2c/gRPC, held requests, 404s; one reverse proxy per

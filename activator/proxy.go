@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	h1 "github.com/ebb-dev/ebb/internal/proxy"
+	h1 "github.com/ebb-dev/ebb/internal/http1"
 )
 
 // bufferPool is the one buffer pool every reverse proxy shares.

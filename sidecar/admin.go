@@ -100,7 +100,7 @@ func (p *proxy) registry() *prometheus.Registry {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ebb_sidecar_client_connections",
 			Help: "Open HTTP/1.1 client connections.",
-		}, func() float64 { return float64(p.openConns.Load()) }),
+		}, func() float64 { return float64(p.srv.OpenConns()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ebb_sidecar_draining",
 			Help: "1 while the sidecar drains after SIGTERM.",

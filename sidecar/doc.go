@@ -40,7 +40,7 @@
 //
 // # Proxying
 //
-// HTTP/1.1 is proxied by hand, by the engine of package internal/proxy
+// HTTP/1.1 is proxied by hand, by the engine of package internal/http1
 // (shared with ebb-activator): the request head is parsed once into a
 // per-connection buffer (hop-by-hop headers dropped, X-Forwarded-For
 // appended, nothing else rewritten; the Host is kept) and sent to the app over

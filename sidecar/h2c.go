@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	h1 "github.com/ebb-dev/ebb/internal/proxy"
+	h1 "github.com/ebb-dev/ebb/internal/http1"
 )
 
 // h2cServer serves the connections that start with the HTTP/2 preface

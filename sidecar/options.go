@@ -33,6 +33,9 @@ type Options struct {
 	// IdleTimeout closes keep-alive connections idle this long and bounds
 	// each read or write of a stalled request or response body.
 	IdleTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the app's response head once
+	// a request is sent (504 after it); 0 waits as long as the client stays.
+	ResponseHeaderTimeout time.Duration
 	// MaxHeaderBytes is the largest request head accepted; larger gets 431.
 	MaxHeaderBytes int
 	// Counting turns the request counters on (the default) or off.
@@ -46,21 +49,28 @@ type Options struct {
 	PodName, PodNamespace, PodIP string
 }
 
+// DefaultResponseHeaderTimeout is how long the sidecar waits for the app's
+// response head unless told otherwise.
+const DefaultResponseHeaderTimeout = 10 * time.Minute
+
 // DefaultOptions returns the options used when neither a flag nor an
 // environment variable sets them.
 func DefaultOptions() Options {
 	return Options{
-		Listen:         ":" + strconv.Itoa(stats.DefaultListenPort),
-		Upstream:       "127.0.0.1:8080",
-		AdminListen:    ":" + strconv.Itoa(stats.DefaultAdminPort),
-		DrainTimeout:   30 * time.Second,
-		DrainDelay:     5 * time.Second,
-		HeaderTimeout:  10 * time.Second,
-		IdleTimeout:    120 * time.Second,
-		MaxHeaderBytes: 64 << 10,
-		Counting:       true,
-		LogLevel:       "info",
-		LogFormat:      "json",
+		Listen:        ":" + strconv.Itoa(stats.DefaultListenPort),
+		Upstream:      "127.0.0.1:8080",
+		AdminListen:   ":" + strconv.Itoa(stats.DefaultAdminPort),
+		DrainTimeout:  30 * time.Second,
+		DrainDelay:    5 * time.Second,
+		HeaderTimeout: 10 * time.Second,
+		IdleTimeout:   120 * time.Second,
+		// Knative's longest revision timeout: generous enough for a slow
+		// but live app, a bound for one that never answers.
+		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
+		MaxHeaderBytes:        64 << 10,
+		Counting:              true,
+		LogLevel:              "info",
+		LogFormat:             "json",
 	}
 }
 
@@ -120,6 +130,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	dur(&o.DrainDelay, "drain-delay", "EBB_DRAIN_DELAY", "quiet period (no new request) GET /wait-for-drain waits for")
 	dur(&o.HeaderTimeout, "header-timeout", "EBB_HEADER_TIMEOUT", "time a client has to send a request head")
 	dur(&o.IdleTimeout, "idle-timeout", "EBB_IDLE_TIMEOUT", "idle keep-alive timeout and stalled body timeout")
+	dur(&o.ResponseHeaderTimeout, "response-header-timeout", "EBB_RESPONSE_HEADER_TIMEOUT", "longest wait for the app's response head (504 after it; 0: no limit)")
 	integer(&o.MaxHeaderBytes, "max-header-bytes", "EBB_MAX_HEADER_BYTES", "largest request head accepted (431 above)")
 	boolean(&o.Counting, "counting", "EBB_COUNTING", "count requests (turn off only to benchmark)")
 	str(&o.LogLevel, "log-level", "EBB_LOG_LEVEL", "debug, info, warn or error")
@@ -180,6 +191,9 @@ func (o Options) Validate() error {
 	}
 	if o.IdleTimeout <= 0 {
 		problems = append(problems, fmt.Errorf("--idle-timeout %v: must be positive", o.IdleTimeout))
+	}
+	if o.ResponseHeaderTimeout < 0 {
+		problems = append(problems, fmt.Errorf("--response-header-timeout %v: must not be negative", o.ResponseHeaderTimeout))
 	}
 	if o.MaxHeaderBytes < 1<<10 || o.MaxHeaderBytes > 1<<20 {
 		problems = append(problems, fmt.Errorf("--max-header-bytes %d: must be between 1024 and 1048576", o.MaxHeaderBytes))

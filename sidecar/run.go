@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	h1 "github.com/ebb-dev/ebb/internal/proxy"
+	h1 "github.com/ebb-dev/ebb/internal/http1"
 )
 
 // Run serves until ctx is cancelled, then drains (see the package doc) and
@@ -98,8 +98,8 @@ func (s *server) run(ctx context.Context) error {
 	s.acceptDone = make(chan struct{})
 	go func() {
 		defer close(s.acceptDone)
-		if err := s.p.serve(s.ln); err != nil {
-			errc <- err
+		if err := s.p.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve clients: %w", err)
 		}
 	}()
 	go func() {
@@ -120,8 +120,7 @@ func (s *server) run(ctx context.Context) error {
 		case err := <-errc:
 			s.ln.Close()
 			s.admin.Close()
-			s.p.stop()
-			s.p.closeAll()
+			s.p.srv.Close()
 			return err
 		}
 	}
@@ -141,17 +140,16 @@ func (s *server) drain() error {
 		<-tick.C
 	}
 	tick.Stop()
-	s.ln.Close()
+	p.srv.Stop()
 	<-s.acceptDone // no connection is added after this
-	p.stop()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	p.h2.shutdown(ctx) // GOAWAY, then waits for open streams
 	cancel()
-	clean := p.waitConns(deadline)
+	clean := p.srv.Wait(deadline)
 	if !clean {
-		p.closeAll()
+		p.srv.Close()
 		p.h2.close()
-		p.waitConns(time.Now().Add(time.Second))
+		p.srv.Wait(time.Now().Add(time.Second))
 	}
 	p.up.CloseIdle(time.Now(), 0)
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)

@@ -1,4 +1,4 @@
-package proxy
+package http1
 
 import (
 	"bufio"
@@ -26,8 +26,8 @@ func TestReadRequestRewritesHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "POST /p?q=1 HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nContent-Length: 3\r\nUser-Agent: kube-probe/1.30\r\n" +
-		"X-Forwarded-For: 10.0.0.9\r\nConnection: Upgrade\r\n\r\n"
+	want := "POST /p?q=1 HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nUser-Agent: kube-probe/1.30\r\n" +
+		"Content-Length: 3\r\nX-Forwarded-For: 10.0.0.9\r\nConnection: Upgrade\r\n\r\n"
 	if diff := cmp.Diff(want, string(cc.out)); diff != "" {
 		t.Errorf("head for the app (-want +got):\n%s", diff)
 	}
@@ -62,7 +62,21 @@ func TestFramingChunked(t *testing.T) {
 		{"5\r\nhello\r\n0\r\n\r\nNEXT", 15, true, "simple, followed by the next message"},
 		{"5;ext=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\n", 29, true, "extension and trailer"},
 		{"A\r\n0123456789\r\n0\r\n\r\n", 20, true, "upper-case hex"},
-		{"5\nhello\n0\n\n", 11, true, "bare LF"},
+		{"5\nhello\r\n0\r\n\r\n", -1, false, "bare LF after the size"},
+		{"5\r\nhello\n0\r\n\r\n", -1, false, "bare LF after the data"},
+		{"5\r\nhello\r\n0\r\n\n", -1, false, "bare LF ending the body"},
+		{"5\r\nhello\r\n0\r\nX-T: 1\n\r\n", -1, false, "bare LF after a trailer"},
+		{"5 x\r\nhello\r\n0\r\n\r\n", -1, false, "garbage after the size"},
+		{"5\rx\nhello\r\n0\r\n\r\n", -1, false, "CR not followed by LF"},
+		{"5;a\rb\r\nhello\r\n0\r\n\r\n", -1, false, "CR inside an extension"},
+		{"5;a\x00\r\nhello\r\n0\r\n\r\n", -1, false, "NUL inside an extension"},
+		{"5 \t\r\nhello\r\n0\r\n\r\n", 17, true, "white space after the size (as net/http)"},
+		{"5 ;a\r\nhello\r\n0\r\n\r\n", -1, false, "white space before an extension (net/http refuses it)"},
+		{"5\r\nhello\r\n0\r\nX-T 1\r\n\r\n", -1, false, "trailer line without a colon"},
+		{"5\r\nhello\r\n0\r\nX T: 1\r\n\r\n", -1, false, "trailer name not a token"},
+		{"5\r\nhello\r\n0\r\nX-T: 1\r\n folded\r\n\r\n", -1, false, "obs-fold in a trailer"},
+		{"5\r\nhello\r\n0\r\nX-T: a\x01b\r\n\r\n", -1, false, "control byte in a trailer value"},
+		{"\r\n", -1, false, "no size"},
 		{"5\r\nhel", 6, false, "incomplete"},
 		{"zz\r\n", -1, false, "not hex"},
 		{"5\r\nhelloXX", -1, false, "data longer than announced"},

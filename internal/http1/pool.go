@@ -1,4 +1,4 @@
-package proxy
+package http1
 
 import (
 	"bufio"
@@ -10,9 +10,6 @@ import (
 
 const (
 	upstreamBufSize = 16 << 10
-	// checkAfter is how long a pooled connection may sit idle before it is
-	// checked (one non-blocking peek) for having been closed by the upstream.
-	checkAfter = time.Second
 	// UpstreamIdleTimeout is how long a pooled connection may stay unused;
 	// callers close older ones with CloseIdle.
 	UpstreamIdleTimeout = 90 * time.Second
@@ -33,6 +30,12 @@ func (uc *upConn) close() { uc.c.Close() }
 // Upstream is the keep-alive connection pool to one upstream address, built
 // once and shared by every request to it. It is a LIFO stack so that a few
 // warm connections carry most requests.
+//
+// A connection goes back to the pool only after a response consumed
+// exactly, with nothing read beyond it; it is taken out again only if
+// nothing arrived on it meanwhile and it is still open (one non-blocking
+// peek), so bytes an app sends unasked close its own connection and never
+// reach another client.
 type Upstream struct {
 	addr   string
 	dialer net.Dialer
@@ -62,25 +65,24 @@ func (u *Upstream) Idle() int {
 	return len(u.idle)
 }
 
-// get returns a pooled connection (reused=true) or a new one.
-func (u *Upstream) get(now time.Time) (uc *upConn, reused bool, err error) {
-	u.mu.Lock()
-	for n := len(u.idle); n > 0; n = len(u.idle) {
+// get returns a clean pooled connection (reused=true) or a new one.
+func (u *Upstream) get() (uc *upConn, reused bool, err error) {
+	for {
+		u.mu.Lock()
+		n := len(u.idle)
+		if n == 0 {
+			u.mu.Unlock()
+			break
+		}
 		uc = u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
-		if now.Sub(uc.lastUsed) < checkAfter {
-			u.mu.Unlock()
-			return uc, true, nil
-		}
 		u.mu.Unlock()
-		if alive(uc.c) {
+		if clean(uc.c) {
 			return uc, true, nil
 		}
 		uc.close()
-		u.mu.Lock()
 	}
-	u.mu.Unlock()
 	uc, err = u.dial()
 	return uc, false, err
 }
@@ -98,7 +100,7 @@ func (u *Upstream) dial() (*upConn, error) {
 	return &upConn{c: tc, br: bufio.NewReaderSize(tc, upstreamBufSize)}, nil
 }
 
-// put returns a connection whose last response was read completely.
+// put returns a connection whose last response was consumed exactly.
 func (u *Upstream) put(uc *upConn, now time.Time) {
 	if uc.br.Buffered() > 0 { // bytes nobody asked for: do not trust it
 		uc.close()

@@ -19,4 +19,4 @@
 // connections for its drain, and words the 502 answered when an upstream
 // fails; malformed heads are refused by the engine itself (400, 431, 501,
 // 505, 405 for CONNECT) with a body prefixed by Options.Name.
-package proxy
+package http1

@@ -1,0 +1,622 @@
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+)
+
+// The raw-TCP conformance suite: real sockets on loopback, the engine's
+// Server in between, a scripted app behind it. Each vector asserts the
+// exact bytes the app receives and the exact bytes each client receives,
+// and always sends a second client on a fresh connection afterwards: the
+// critical failures (smuggling, response mix-up) show up there.
+
+// testHandler proxies every request to up and counts requests in flight,
+// as ebb-sidecar does.
+type testHandler struct {
+	up       *Upstream
+	inFlight atomic.Int64
+}
+
+func (h *testHandler) ServeRequest(c *Conn, rq *Request) bool {
+	h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	return c.RoundTrip(h.up, rq)
+}
+
+func (h *testHandler) UpstreamError(up *Upstream, err error) string {
+	return "ebb-test: the app at " + up.Addr() + " failed: " + err.Error()
+}
+
+type engine struct {
+	addr string
+	h    *testHandler
+	srv  *Server
+}
+
+func testEngineOptions() Options {
+	return Options{Name: "ebb-test", HeaderTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10}
+}
+
+func startEngine(t *testing.T, appAddr string, o Options) *engine {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &testHandler{up: NewUpstream(appAddr)}
+	srv := NewServer(o, h, nil, logr.Discard())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+		srv.Wait(time.Now().Add(5 * time.Second))
+		h.up.CloseIdle(time.Now(), 0)
+	})
+	return &engine{addr: ln.Addr().String(), h: h, srv: srv}
+}
+
+// scriptApp is an app on loopback that frames requests with net/http's
+// parser, records every byte each connection received, and answers each
+// request with what respond writes (raw bytes, so it can misbehave).
+type scriptApp struct {
+	addr    string
+	respond func(c net.Conn, req *http.Request)
+	mu      sync.Mutex
+	conns   []*bytes.Buffer
+	eofs    atomic.Int32 // connections the proxy closed
+}
+
+type recordConn struct {
+	net.Conn
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (r recordConn) Read(b []byte) (int, error) {
+	n, err := r.Conn.Read(b)
+	r.mu.Lock()
+	r.buf.Write(b[:n])
+	r.mu.Unlock()
+	return n, err
+}
+
+func startScriptApp(t *testing.T, respond func(c net.Conn, req *http.Request)) *scriptApp {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &scriptApp{addr: ln.Addr().String(), respond: respond}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			buf := new(bytes.Buffer)
+			a.mu.Lock()
+			a.conns = append(a.conns, buf)
+			a.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				br := bufio.NewReader(recordConn{c, &a.mu, buf})
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						if errors.Is(err, io.EOF) {
+							a.eofs.Add(1)
+						}
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					a.respond(c, req)
+				}
+			}()
+		}
+	}()
+	return a
+}
+
+// received returns what each connection of the app received.
+func (a *scriptApp) received() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, b := range a.conns {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// echoPath answers each request with its path as a small body.
+func echoPath(c net.Conn, req *http.Request) {
+	body := req.Method + " " + req.URL.Path
+	io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+itoa(len(body))+"\r\n\r\n"+body)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// client is one raw client connection to the engine.
+type client struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &client{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+func (cl *client) send(raw string) {
+	cl.t.Helper()
+	if _, err := io.WriteString(cl.c, raw); err != nil {
+		cl.t.Fatal(err)
+	}
+}
+
+// response reads one whole response (net/http frames it) and returns its
+// bytes as received.
+func (cl *client) response(method string) string {
+	cl.t.Helper()
+	var rec bytes.Buffer
+	cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(io.TeeReader(cl.br, &rec))
+	resp, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		cl.t.Fatalf("reading a response: %v (got %q)", err, rec.String())
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// The tee saw what br buffered beyond the response: keep only the
+	// response (br is per call, so nothing is buffered beyond it when the
+	// peer sends nothing more).
+	return rec.String()[:rec.Len()-br.Buffered()]
+}
+
+// rest reads until the engine closes the connection, or wait passes.
+func (cl *client) rest(wait time.Duration) (string, bool) {
+	cl.c.SetReadDeadline(time.Now().Add(wait))
+	b, err := io.ReadAll(cl.br)
+	return string(b), err == nil
+}
+
+func wantEq(t *testing.T, what, want, got string) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
+// fresh is the second client: a plain GET on a new connection must get its
+// own answer.
+func fresh(t *testing.T, e *engine, path string) {
+	t.Helper()
+	cl := dial(t, e.addr)
+	cl.send("GET " + path + " HTTP/1.1\r\nHost: b\r\n\r\n")
+	body := "GET " + path
+	wantEq(t, "second client's response", "HTTP/1.1 200 OK\r\nContent-Length: "+itoa(len(body))+"\r\n\r\n"+body, cl.response("GET"))
+}
+
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestSmugglingThroughConnectionIsFramed(t *testing.T) {
+	smuggled := "GET /slow-evil HTTP/1.1\r\nHost: evil\r\n\r\n"
+	tests := []struct {
+		name, req, wantApp string
+	}{{
+		name: "Connection names Content-Length",
+		req:  "POST /a HTTP/1.1\r\nHost: a\r\nConnection: Content-Length\r\nContent-Length: 39\r\n\r\n" + smuggled,
+		wantApp: "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 39\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n" + smuggled +
+			"GET /b HTTP/1.1\r\nHost: b\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+	}, {
+		name: "Connection names Transfer-Encoding",
+		req:  "POST /a HTTP/1.1\r\nHost: a\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n27\r\n" + smuggled + "\r\n0\r\n\r\n",
+		wantApp: "POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n27\r\n" + smuggled + "\r\n0\r\n\r\n" +
+			"GET /b HTTP/1.1\r\nHost: b\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+	}, {
+		name: "Connection names Host and Content-Length, mixed case, among others",
+		req:  "POST /a HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, HOST, content-LENGTH\r\nContent-Length: 39\r\n\r\n" + smuggled,
+		wantApp: "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 39\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n" + smuggled +
+			"GET /b HTTP/1.1\r\nHost: b\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := startScriptApp(t, echoPath)
+			e := startEngine(t, app.addr, testEngineOptions())
+			cl := dial(t, e.addr)
+			cl.send(tt.req)
+			wantEq(t, "first client's response", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nPOST /a", cl.response("POST"))
+			fresh(t, e, "/b") // on the pooled connection the first request used
+			wantEq(t, "what the app received", tt.wantApp, strings.Join(app.received(), "|"))
+		})
+	}
+}
+
+// TestAppBytesAfterResponseNeverReachAnotherClient: an app that sends bytes
+// after a complete response (a body after HEAD, 204 or 304; more than its
+// Content-Length), in a later segment, loses its connection; another
+// client never gets them.
+func TestAppBytesAfterResponseNeverReachAnotherClient(t *testing.T) {
+	const injected = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
+	tests := []struct {
+		name, method, path, head string
+		// before: the second client comes after the extra bytes reached the
+		// engine; otherwise at once, while the app still waits to send them.
+		before bool
+		want   string
+	}{
+		{"body after HEAD, sent late", "HEAD", "/head", "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n", false, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n"},
+		{"body after HEAD, arrived", "HEAD", "/head", "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n", true, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n"},
+		{"body after 204, sent late", "GET", "/204", "HTTP/1.1 204 No Content\r\nContent-Length: 8\r\n\r\n", false, "HTTP/1.1 204 No Content\r\n\r\n"},
+		{"body after 304, sent late", "GET", "/304", "HTTP/1.1 304 Not Modified\r\nContent-Length: 8\r\n\r\n", false, "HTTP/1.1 304 Not Modified\r\nContent-Length: 8\r\n\r\n"},
+		{"body after 204 without a length, arrived", "GET", "/204", "HTTP/1.1 204 No Content\r\n\r\n", true, "HTTP/1.1 204 No Content\r\n\r\n"},
+		{"more than Content-Length, arrived", "GET", "/cl", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK", true, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sent := make(chan struct{})
+			app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+				if req.URL.Path != tt.path {
+					echoPath(c, req)
+					return
+				}
+				io.WriteString(c, tt.head)
+				time.Sleep(50 * time.Millisecond) // a later segment
+				io.WriteString(c, injected)
+				close(sent)
+			})
+			e := startEngine(t, app.addr, testEngineOptions())
+			cl := dial(t, e.addr)
+			cl.send(tt.method + " " + tt.path + " HTTP/1.1\r\nHost: a\r\n\r\n")
+			wantEq(t, "first client's response", tt.want, cl.response(tt.method))
+			if tt.before {
+				<-sent
+				time.Sleep(20 * time.Millisecond)
+			}
+			fresh(t, e, "/b")
+			fresh(t, e, "/c")
+			// The first client's connection carries its next request
+			// cleanly too.
+			cl.send("GET /d HTTP/1.1\r\nHost: a\r\n\r\n")
+			wantEq(t, "first client's second response", "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nGET /d", cl.response("GET"))
+		})
+	}
+}
+
+// TestClientGoneEndsRequest: an app that never answers and a client that
+// goes away: the request leaves the in-flight count, the connection to the
+// app is closed, and the client's connection is not kept.
+func TestClientGoneEndsRequest(t *testing.T) {
+	for _, body := range []bool{false, true} {
+		name := "no body"
+		if body {
+			name = "streamed body"
+		}
+		t.Run(name, func(t *testing.T) {
+			app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+				if req.URL.Path != "/hang" { // /hang is never answered
+					echoPath(c, req)
+				}
+			})
+			e := startEngine(t, app.addr, testEngineOptions())
+			cl := dial(t, e.addr)
+			if body {
+				cl.send("POST /hang HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+				time.Sleep(20 * time.Millisecond)
+				cl.send("3\r\nabc\r\n0\r\n\r\n")
+			} else {
+				cl.send("GET /hang HTTP/1.1\r\nHost: a\r\n\r\n")
+			}
+			waitUntil(t, "request in flight", 2*time.Second, func() bool { return e.h.inFlight.Load() == 1 })
+			waitUntil(t, "app has the request", 2*time.Second, func() bool {
+				r := app.received()
+				return len(r) == 1 && strings.HasSuffix(r[0], "\r\n\r\n") || len(r) == 1 && strings.HasSuffix(r[0], "0\r\n\r\n")
+			})
+			cl.c.Close()
+			start := time.Now()
+			waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
+			if took := time.Since(start); took > 2*clientCheck+50*time.Millisecond {
+				t.Errorf("left the in-flight count after %v, want within %v", took, 2*clientCheck)
+			}
+			waitUntil(t, "connection to the app closed", time.Second, func() bool { return app.eofs.Load() == 1 })
+			waitUntil(t, "client connection released", time.Second, func() bool { return e.srv.OpenConns() == 0 })
+			fresh(t, e, "/b")
+		})
+	}
+}
+
+func TestResponseHeaderTimeoutIs504NamingTheApp(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		if req.URL.Path == "/hang" {
+			return
+		}
+		echoPath(c, req)
+	})
+	o := testEngineOptions()
+	o.ResponseHeaderTimeout = 300 * time.Millisecond
+	e := startEngine(t, app.addr, o)
+	cl := dial(t, e.addr)
+	start := time.Now()
+	cl.send("GET /hang HTTP/1.1\r\nHost: a\r\n\r\n")
+	body := "ebb-test: the app at " + app.addr + " failed: no response head within 300ms\n"
+	wantEq(t, "response", "HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "+itoa(len(body))+
+		"\r\nConnection: close\r\n\r\n"+body, cl.response("GET"))
+	if took := time.Since(start); took < o.ResponseHeaderTimeout || took > o.ResponseHeaderTimeout+time.Second {
+		t.Errorf("504 after %v, want about %v", took, o.ResponseHeaderTimeout)
+	}
+	waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
+	fresh(t, e, "/b")
+}
+
+// TestSlowAppWithinTimeoutIsServed: a slow but live app is not cut, and a
+// streamed body with pauses longer than the client check arrives whole.
+func TestSlowAppWithinTimeoutIsServed(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		time.Sleep(3 * clientCheck)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for i := 0; i < 3; i++ {
+			time.Sleep(2 * clientCheck)
+			io.WriteString(c, "1\r\nx\r\n")
+		}
+		io.WriteString(c, "0\r\n\r\n")
+	})
+	o := testEngineOptions()
+	o.ResponseHeaderTimeout = 10 * clientCheck
+	e := startEngine(t, app.addr, o)
+	cl := dial(t, e.addr)
+	cl.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	wantEq(t, "response", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n1\r\nx\r\n1\r\nx\r\n0\r\n\r\n", cl.response("GET"))
+}
+
+// TestStrictRequests: each request breaks RFC 9112/9110; it is answered
+// with the status RFC 9112 asks for, the app receives nothing, and the
+// connection is closed.
+func TestStrictRequests(t *testing.T) {
+	tests := []struct {
+		name, req string
+		code      int
+	}{
+		{"field name with a space", "GET / HTTP/1.1\r\nHost: a\r\nX A: 1\r\n\r\n", 400},
+		{"field name with a control byte", "GET / HTTP/1.1\r\nHost: a\r\nX\x01A: 1\r\n\r\n", 400},
+		{"Transfer-Encoding with a vertical tab", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding\x0b: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"space before the colon", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length : 2\r\n\r\nhi", 400},
+		{"NUL in a value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\x00b\r\n\r\n", 400},
+		{"bare CR in a value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\rb\r\n\r\n", 400},
+		{"control byte in the target", "GET /a\x01b HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+		{"DEL in the target", "GET /a\x7fb HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+		{"bad escape in the path", "GET /a%zz HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+		{"invalid Host", "GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n", 400},
+		{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400},
+		{"obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n 2\r\n\r\n", 400},
+		{"Content-Length and Transfer-Encoding", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"two different Content-Lengths", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nhi", 400},
+		{"Content-Length with a sign", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +2\r\n\r\nhi", 400},
+		{"a coding other than chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 501},
+		{"chunked twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"chunked in HTTP/1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"two spaces in the request line", "GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+		{"version HTTP/2.1", "GET / HTTP/2.1\r\nHost: a\r\n\r\n", 505},
+		{"version garbage", "GET / HTTP/1.1x\r\nHost: a\r\n\r\n", 400},
+		{"CONNECT", "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := startScriptApp(t, echoPath)
+			e := startEngine(t, app.addr, testEngineOptions())
+			cl := dial(t, e.addr)
+			cl.send(tt.req)
+			got, closed := cl.rest(2 * time.Second)
+			if !strings.HasPrefix(got, "HTTP/1.1 "+itoa(tt.code)+" ") || !closed {
+				t.Errorf("got %q (closed %v), want %d and the connection closed", got, closed, tt.code)
+			}
+			fresh(t, e, "/b")
+			wantEq(t, "what the app received", "GET /b HTTP/1.1\r\nHost: b\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n", strings.Join(app.received(), "|"))
+		})
+	}
+}
+
+// TestStrictChunkedRequestBodies: the head is on its way to the app when a
+// malformed chunk arrives; the app's connection is cut (it never sees the
+// rest), the client gets a 400 and its connection closes.
+func TestStrictChunkedRequestBodies(t *testing.T) {
+	tests := []struct{ name, body string }{
+		{"bare LF after the size", "3\nabc\r\n0\r\n\r\n"},
+		{"garbage after the size", "3 x\r\nabc\r\n0\r\n\r\n"},
+		{"no CRLF after the data", "3\r\nabcd\r\n0\r\n\r\n"},
+		{"trailer without a colon", "3\r\nabc\r\n0\r\nX-T 1\r\n\r\n"},
+		{"bare LF ending the body", "3\r\nabc\r\n0\r\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := startScriptApp(t, echoPath)
+			e := startEngine(t, app.addr, testEngineOptions())
+			cl := dial(t, e.addr)
+			cl.send("POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + tt.body)
+			got, closed := cl.rest(2 * time.Second)
+			if !strings.HasPrefix(got, "HTTP/1.1 400 ") || !closed {
+				t.Errorf("got %q (closed %v), want 400 and the connection closed", got, closed)
+			}
+			waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
+			fresh(t, e, "/b")
+			for _, r := range app.received() {
+				if strings.Contains(r, "0\r\n\r\n") && strings.HasPrefix(r, "POST") {
+					t.Errorf("the app got a whole body: %q", r)
+				}
+			}
+		})
+	}
+}
+
+// TestStrictResponses: each response from the app breaks RFC 9112/9110;
+// the client gets a 502, the connection to the app is closed, and the next
+// client is served on a fresh one.
+func TestStrictResponses(t *testing.T) {
+	tests := []struct{ name, resp string }{
+		{"Content-Length and Transfer-Encoding", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+		{"a coding other than chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n"},
+		{"gzip, chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
+		{"Transfer-Encoding in HTTP/1.0", "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+		{"obs-fold", "HTTP/1.1 200 OK\r\nX-A: 1\r\n 2\r\nContent-Length: 2\r\n\r\nhi"},
+		{"space before the colon", "HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nhi"},
+		{"bare CR in a value", "HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 2\r\n\r\nhi"},
+		{"field name not a token", "HTTP/1.1 200 OK\r\nX A: 1\r\nContent-Length: 2\r\n\r\nhi"},
+		{"two different Content-Lengths", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nhi"},
+		{"status not three digits", "HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nhi"},
+		{"version HTTP/2.0", "HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nhi"},
+		{"control byte in the reason", "HTTP/1.1 200 O\x01K\r\nContent-Length: 2\r\n\r\nhi"},
+		{"101 nobody asked for", "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: evil\r\n\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+				if req.URL.Path == "/bad" {
+					io.WriteString(c, tt.resp)
+					return
+				}
+				echoPath(c, req)
+			})
+			e := startEngine(t, app.addr, testEngineOptions())
+			cl := dial(t, e.addr)
+			cl.send("GET /bad HTTP/1.1\r\nHost: a\r\n\r\n")
+			got := cl.response("GET")
+			if !strings.HasPrefix(got, "HTTP/1.1 502 Bad Gateway\r\n") || !strings.Contains(got, "malformed response from the app") {
+				t.Errorf("got %q, want a 502 naming a malformed response", got)
+			}
+			waitUntil(t, "connection to the app closed", time.Second, func() bool { return app.eofs.Load() == 1 })
+			fresh(t, e, "/b")
+			if n := len(app.received()); n != 2 {
+				t.Errorf("the app saw %d connections, want 2 (the first one closed)", n)
+			}
+		})
+	}
+}
+
+// TestStrictChunkedResponseBodies: a malformed chunk from the app gets the
+// client a 502 while nothing of the response went out, and cuts the
+// client's connection once the head is out; the app's connection is closed.
+func TestStrictChunkedResponseBodies(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		switch req.URL.Path {
+		case "/bad":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n")
+		case "/late":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+			time.Sleep(50 * time.Millisecond)
+			io.WriteString(c, "3\nabc\r\n0\r\n\r\n")
+		default:
+			echoPath(c, req)
+		}
+	})
+	e := startEngine(t, app.addr, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("GET /bad HTTP/1.1\r\nHost: a\r\n\r\n")
+	if got := cl.response("GET"); !strings.HasPrefix(got, "HTTP/1.1 502 Bad Gateway\r\n") {
+		t.Errorf("got %q, want a 502", got)
+	}
+	cl = dial(t, e.addr)
+	cl.send("GET /late HTTP/1.1\r\nHost: a\r\n\r\n")
+	got, closed := cl.rest(2 * time.Second)
+	wantEq(t, "what the client got", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n", got)
+	if !closed {
+		t.Error("client connection not closed")
+	}
+	waitUntil(t, "connections to the app closed", time.Second, func() bool { return app.eofs.Load() == 2 })
+	fresh(t, e, "/b")
+}
+
+func TestResponseHopByHop(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		switch req.URL.Path {
+		case "/named":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: X-Secret, keep-alive\r\nX-Secret: s\r\nKeep-Alive: timeout=5\r\nX-Kept: k\r\nContent-Length: 2\r\n\r\nhi")
+		case "/close":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: CLOSE\r\nContent-Length: 2\r\n\r\nhi")
+			c.Close()
+		default:
+			echoPath(c, req)
+		}
+	})
+	e := startEngine(t, app.addr, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("GET /named HTTP/1.1\r\nHost: a\r\n\r\n")
+	wantEq(t, "headers named by Connection dropped", "HTTP/1.1 200 OK\r\nX-Kept: k\r\nContent-Length: 2\r\n\r\nhi", cl.response("GET"))
+	cl.send("GET /close HTTP/1.1\r\nHost: a\r\n\r\n")
+	wantEq(t, "upper-case close honoured", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", cl.response("GET"))
+	fresh(t, e, "/b")
+	if n := len(app.received()); n != 2 {
+		t.Errorf("the app saw %d connections, want 2: the one closed by CLOSE is not reused", n)
+	}
+}
+
+func TestInformationalResponses(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi")
+	})
+	e := startEngine(t, app.addr, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	got, _ := cl.rest(300 * time.Millisecond)
+	wantEq(t, "HTTP/1.1 client", "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", got)
+	cl = dial(t, e.addr)
+	cl.send("GET / HTTP/1.0\r\n\r\n")
+	got, closed := cl.rest(2 * time.Second)
+	wantEq(t, "HTTP/1.0 client: no 1xx (RFC 9110 section 15.2)", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi", got)
+	if !closed {
+		t.Error("HTTP/1.0 connection not closed")
+	}
+}

@@ -1,0 +1,305 @@
+package http1
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+const (
+	clientBufSize = 4 << 10
+	// maxBlankLines is how many empty lines may precede a request line
+	// (RFC 9112 section 2.2 asks servers to ignore at least one).
+	maxBlankLines = 4
+)
+
+var clientReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, clientBufSize) }}
+
+// Options tune the engine; every connection of a server shares them.
+type Options struct {
+	// Name prefixes the bodies of the answers the engine writes itself
+	// ("ebb-sidecar").
+	Name string
+	// HeaderTimeout bounds the reading of a request head once its first
+	// byte arrived.
+	HeaderTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections and bounds each read
+	// and write of a stalled body.
+	IdleTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the app's response head
+	// once the request (body included) is sent; 504 after it. Zero waits
+	// as long as the client stays.
+	ResponseHeaderTimeout time.Duration
+	// MaxHeaderBytes: larger request heads get 431.
+	MaxHeaderBytes int
+	// KeepRaw keeps each request head as received so that Conn.HandOff can
+	// give the connection, request included, to another server.
+	KeepRaw bool
+	// Forwarded sets X-Forwarded-Host and X-Forwarded-Proto (http) and drops
+	// the client's Forwarded, X-Forwarded-Host and X-Forwarded-Proto, as
+	// httputil.ProxyRequest.SetXForwarded does; X-Forwarded-For is appended
+	// to either way.
+	Forwarded bool
+}
+
+// Handler is what a server built on the engine decides for each request.
+type Handler interface {
+	// ServeRequest serves one request whose head was parsed: it returns
+	// c.RoundTrip(up, rq), or c.HandOff() to give the connection away. It
+	// reports whether the connection may carry another request.
+	ServeRequest(c *Conn, rq *Request) bool
+	// UpstreamError returns the body of the 502 (or, for a
+	// *ResponseTimeoutError, 504) answered when up could not be reached,
+	// answered garbage or did not answer in time; it counts or logs it.
+	UpstreamError(up *Upstream, err error) string
+}
+
+// Conn is one client connection served by the HTTP/1.1 engine.
+type Conn struct {
+	o       *Options
+	h       Handler
+	s       *Server // nil in parser tests
+	c       *net.TCPConn
+	br      *bufio.Reader
+	out     []byte // request head (and small body) for the app
+	resp    []byte // response head (and small body) for the client
+	line    []byte // scratch for header lines longer than a reader's buffer
+	raw     []byte // the request head as received, with Options.KeepRaw
+	host    []byte // Host header value of the request
+	target  [2]int // the request target in out
+	handoff net.Conn
+	rq      Request
+	xff     []byte // X-Forwarded-For values of the request
+	hop     []byte // hop-by-hop header names to drop, comma separated
+	ip      []byte // client IP, computed once
+	f       framing
+	now     time.Time  // when the current request's head began
+	wdl     time.Time  // current write deadline of the client connection
+	sent1xx bool       // a 1xx response of the current request went out
+	// farDeadline: the read deadline on the app's connection is the
+	// response-header timeout's, not the next client check's.
+	farDeadline bool
+	body    chan error // the outcome of the request body being streamed, until received
+	bodyErr error
+	req     int // requests served on this connection
+}
+
+// newConn returns the engine for client connection c; call Serve, then
+// release.
+func newConn(c *net.TCPConn, s *Server) *Conn {
+	br := clientReaders.Get().(*bufio.Reader)
+	br.Reset(c)
+	cc := &Conn{o: &s.opts, h: s.h, s: s, c: c, br: br, out: make([]byte, 0, 512), resp: make([]byte, 0, 512)}
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		cc.ip = a.AddrPort().Addr().Unmap().AppendTo(nil)
+	}
+	return cc
+}
+
+// NetConn is the client connection.
+func (cc *Conn) NetConn() *net.TCPConn { return cc.c }
+
+// release returns the connection's buffers once Serve returned.
+func (cc *Conn) release() {
+	cc.br.Reset(nil)
+	clientReaders.Put(cc.br)
+	cc.br = nil
+}
+
+// Serve runs the connection's request loop. It returns a connection to
+// hand over to another server (h2c prior knowledge, or Conn.HandOff), with
+// what was already read put back in front, or nil when the connection is
+// done.
+func (cc *Conn) Serve() net.Conn {
+	for {
+		if !cc.waitRequest() {
+			return nil
+		}
+		// In the Conn, not on the stack: passed through the Handler
+		// interface, it would escape (one allocation per request).
+		rq := &cc.rq
+		*rq = Request{}
+		code, err := cc.readRequest(rq)
+		if err != nil {
+			if err == errH2Preface && cc.req == 0 {
+				return cc.handOffH2()
+			}
+			if code != 0 {
+				cc.writeError(code, err.Error())
+			}
+			return nil
+		}
+		cc.req++
+		if !cc.h.ServeRequest(cc, rq) {
+			return cc.handoff
+		}
+	}
+}
+
+// waitRequest waits, within the idle timeout, for the first byte of the next
+// request and then gives the client the header timeout to send the rest.
+func (cc *Conn) waitRequest() bool {
+	cc.now = time.Now()
+	if cc.br.Buffered() == 0 {
+		// Deadline first: a stopping server may set an earlier one right
+		// after setIdle.
+		cc.c.SetReadDeadline(cc.now.Add(cc.o.IdleTimeout))
+		if !cc.s.setIdle(cc, true) {
+			return false
+		}
+		_, err := cc.br.Peek(1)
+		if !cc.s.setIdle(cc, false) || err != nil {
+			return false
+		}
+		cc.now = time.Now()
+	}
+	cc.c.SetReadDeadline(cc.now.Add(cc.o.HeaderTimeout))
+	return true
+}
+
+// draining reports whether responses close their connection.
+func (cc *Conn) draining() bool { return cc.s != nil && cc.s.Draining() }
+
+// handOffH2 returns the connection, with what was already read put back in
+// front, for an h2c server.
+func (cc *Conn) handOffH2() net.Conn {
+	return cc.detach([]byte("PRI * HTTP/2.0\r\n"))
+}
+
+// HandOff ends the engine's service of the connection: Serve then returns
+// it with the current request head as received (Options.KeepRaw must be
+// set) and everything read after it put back in front, for another server
+// to serve. It returns false, for ServeRequest to return.
+func (cc *Conn) HandOff() bool {
+	cc.handoff = cc.detach(cc.raw)
+	return false
+}
+
+func (cc *Conn) detach(head []byte) net.Conn {
+	buffered, _ := cc.br.Peek(cc.br.Buffered())
+	prefix := make([]byte, 0, len(head)+len(buffered))
+	prefix = append(prefix, head...)
+	prefix = append(prefix, buffered...)
+	cc.br.Discard(len(buffered))
+	cc.c.SetReadDeadline(time.Time{})
+	cc.c.SetWriteDeadline(time.Time{})
+	return &prefixConn{TCPConn: cc.c, prefix: prefix}
+}
+
+// Host is the request's Host header value (empty without one).
+func (cc *Conn) Host() []byte { return cc.host }
+
+// Target is the request target as received.
+func (cc *Conn) Target() []byte { return cc.out[cc.target[0]:cc.target[1]] }
+
+// readLine returns the next line without its line ending (CRLF, or a bare
+// LF as RFC 9112 section 2.2 allows in a head), valid until the next read.
+// budget is what is left of the head's size limit.
+func readLine(br *bufio.Reader, scratch *[]byte, budget *int, tooLarge error) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		buf := append((*scratch)[:0], line...)
+		for err == bufio.ErrBufferFull {
+			if len(buf) > *budget {
+				*scratch = buf[:0]
+				return nil, tooLarge
+			}
+			line, err = br.ReadSlice('\n')
+			buf = append(buf, line...)
+		}
+		*scratch = buf[:0]
+		line = buf
+	}
+	if err != nil {
+		return nil, err
+	}
+	*budget -= len(line)
+	if *budget < 0 {
+		return nil, tooLarge
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// writeError answers a request the engine refuses and closes the
+// connection gently: it half-closes and reads what the client still sends
+// for a while, so that the kernel does not reset the connection (and lose
+// the answer) because of unread bytes.
+func (cc *Conn) writeError(code int, msg string) {
+	cc.writeResponse(code, cc.o.Name+": "+msg+"\n", false)
+	cc.closeGently()
+}
+
+func (cc *Conn) closeGently() {
+	cc.c.CloseWrite()
+	cc.c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.Copy(io.Discard, io.LimitReader(cc.c, 256<<10))
+}
+
+func (cc *Conn) writeResponse(code int, body string, keep bool) {
+	b := cc.resp[:0]
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	b = append(b, statusText(code)...)
+	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	if !keep {
+		b = append(b, "\r\nConnection: close"...)
+	}
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, body...)
+	cc.c.SetWriteDeadline(time.Now().Add(cc.o.HeaderTimeout))
+	cc.wdl = time.Time{}
+	cc.c.Write(b)
+	cc.resp = b[:0]
+}
+
+func statusText(code int) string {
+	switch code {
+	case 400:
+		return "Bad Request"
+	case 405:
+		return "Method Not Allowed"
+	case 431:
+		return "Request Header Fields Too Large"
+	case 501:
+		return "Not Implemented"
+	case 502:
+		return "Bad Gateway"
+	case 504:
+		return "Gateway Timeout"
+	case 505:
+		return "HTTP Version Not Supported"
+	}
+	return "Error"
+}
+
+// prefixConn replays bytes already read before reading from the connection.
+type prefixConn struct {
+	*net.TCPConn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.TCPConn.Read(b)
+}
+
+// WriteTo keeps io.Copy from bypassing the prefix through TCPConn.WriteTo.
+func (c *prefixConn) WriteTo(w io.Writer) (int64, error) {
+	return io.Copy(w, struct{ io.Reader }{c})
+}
+
+var errH2Preface = errors.New("h2c prior knowledge")

@@ -1,0 +1,243 @@
+package http1
+
+import (
+	"bytes"
+	"errors"
+)
+
+// Body framings of an HTTP/1.x message.
+const (
+	bodyNone    uint8 = iota // no body
+	bodyLength               // Content-Length bytes
+	bodyChunked              // chunked, passed on as received once checked (trailers included)
+	bodyClose                // until the sender closes (responses only)
+)
+
+var errChunked = errors.New("malformed chunked encoding")
+
+// Limits of the chunked scanner: a chunk-size line (with extensions, as
+// net/http's limit) and the whole trailer section.
+const (
+	maxChunkLine    = 4 << 10
+	maxTrailerBytes = 64 << 10
+	// maxChunkDigits: 15 hex digits keep a chunk size within int64.
+	maxChunkDigits = 15
+)
+
+// States of the chunked scanner (RFC 9112 section 7.1). Every line ends
+// with CRLF: a bare LF or a CR anywhere else is an error.
+const (
+	csSize         uint8 = iota // hex digits of a chunk size
+	csSizeWS                    // white space after the size, before CRLF
+	csExt                       // a chunk extension, up to CR
+	csSizeLF                    // LF ending a size line
+	csData                      // chunk data
+	csDataCR                    // CR after chunk data
+	csDataLF                    // LF after chunk data
+	csTrailerStart              // start of a trailer line or of the final CRLF
+	csTrailerName               // field name of a trailer line
+	csTrailerValue              // field value of a trailer line, up to CR
+	csTrailerLF                 // LF ending a trailer line
+	csFinalLF                   // LF of the final CRLF
+)
+
+// framing tracks how much of one message body is still to come. The chunked
+// scanner is a byte-level state machine so that any slice of input can be
+// checked and consumed without buffering; it accepts exactly RFC 9112's
+// chunked grammar (white space after the size as net/http does), so what it
+// passes on is framed the same for every parser after it.
+type framing struct {
+	kind   uint8
+	state  uint8
+	digits uint8
+	remain int64 // bytes of a Content-Length body or of the current chunk
+	size   int64 // chunk size being parsed
+	line   int   // bytes of the current size line, or of the trailer section
+}
+
+func (f *framing) reset(kind uint8, length int64) {
+	*f = framing{kind: kind, remain: length}
+	if kind == bodyLength && length == 0 {
+		f.kind = bodyNone
+	}
+}
+
+// done reports whether the whole body has been consumed.
+func (f *framing) done() bool { return f.kind == bodyNone }
+
+// consume returns how many leading bytes of b belong to the body, marking
+// the body done when its end is among them.
+func (f *framing) consume(b []byte) (int, error) {
+	switch f.kind {
+	case bodyNone:
+		return 0, nil
+	case bodyLength:
+		n := len(b)
+		if int64(n) >= f.remain {
+			n = int(f.remain)
+			f.kind = bodyNone
+		}
+		f.remain -= int64(n)
+		return n, nil
+	case bodyClose:
+		return len(b), nil
+	}
+	return f.chunked(b)
+}
+
+func (f *framing) chunked(b []byte) (int, error) {
+	i := 0
+	for i < len(b) {
+		c := b[i]
+		switch f.state {
+		case csSize:
+			if v, ok := unhex(c); ok {
+				if f.digits >= maxChunkDigits {
+					return i, errChunked
+				}
+				f.digits++
+				f.size = f.size<<4 | int64(v)
+				f.line++
+				i++
+				continue
+			}
+			if f.digits == 0 {
+				return i, errChunked
+			}
+			switch c {
+			case ';':
+				f.state = csExt
+			case ' ', '\t':
+				f.state = csSizeWS
+			case '\r':
+				f.state = csSizeLF
+			default: // a bare LF included
+				return i, errChunked
+			}
+			f.line++
+			i++
+		case csSizeWS:
+			switch c {
+			case ' ', '\t':
+				if f.line >= maxChunkLine {
+					return i, errChunked
+				}
+			case '\r':
+				f.state = csSizeLF
+			default:
+				return i, errChunked
+			}
+			f.line++
+			i++
+		case csExt:
+			// Extensions are passed on; any byte of a field value but
+			// CR, which must end the line.
+			j := i
+			for j < len(b) && b[j] != '\r' && valueChars[b[j]] {
+				j++
+			}
+			f.line += j - i
+			if f.line >= maxChunkLine {
+				return j, errChunked
+			}
+			if j < len(b) {
+				if b[j] != '\r' {
+					return j, errChunked
+				}
+				f.state = csSizeLF
+				j++
+			}
+			i = j
+		case csSizeLF:
+			if c != '\n' {
+				return i, errChunked
+			}
+			i++
+			f.endSizeLine()
+		case csData:
+			k := len(b) - i
+			if int64(k) >= f.remain {
+				k = int(f.remain)
+				f.state = csDataCR
+			}
+			f.remain -= int64(k)
+			i += k
+		case csDataCR:
+			if c != '\r' {
+				return i, errChunked
+			}
+			f.state = csDataLF
+			i++
+		case csDataLF:
+			if c != '\n' {
+				return i, errChunked
+			}
+			f.state = csSize
+			i++
+		case csTrailerStart:
+			switch {
+			case c == '\r':
+				f.state = csFinalLF
+			case tokenChars[c]:
+				f.state = csTrailerName
+			default: // obs-fold, a bare LF, a bad name
+				return i, errChunked
+			}
+			f.line++
+			i++
+		case csTrailerName:
+			switch {
+			case c == ':':
+				f.state = csTrailerValue
+			case !tokenChars[c]:
+				return i, errChunked
+			}
+			f.line++
+			i++
+		case csTrailerValue:
+			j := bytes.IndexByte(b[i:], '\r')
+			if j < 0 {
+				j = len(b) - i
+			}
+			if !all(b[i:i+j], &valueChars) {
+				return i, errChunked
+			}
+			f.line += j
+			i += j
+			if i < len(b) {
+				f.state = csTrailerLF
+				f.line++
+				i++
+			}
+		case csTrailerLF:
+			if c != '\n' {
+				return i, errChunked
+			}
+			f.state = csTrailerStart
+			f.line++
+			i++
+		case csFinalLF:
+			if c != '\n' {
+				return i, errChunked
+			}
+			f.kind = bodyNone
+			return i + 1, nil
+		}
+		if f.line > maxTrailerBytes {
+			return i, errChunked
+		}
+	}
+	return i, nil
+}
+
+func (f *framing) endSizeLine() {
+	f.line = 0
+	f.digits = 0
+	if f.size == 0 {
+		f.state = csTrailerStart
+		return
+	}
+	f.remain = f.size
+	f.size = 0
+	f.state = csData
+}

@@ -1,0 +1,370 @@
+package http1
+
+import (
+	"bytes"
+	"errors"
+	"net/url"
+	"strconv"
+)
+
+// Request is what the engine knows about one request head; it is valid
+// while the Handler serves it.
+type Request struct {
+	http10     bool
+	isHead     bool
+	chunked    bool
+	closeAfter bool // the client asked to close, or spoke HTTP/1.0
+	upgrade    bool // Connection: upgrade and an Upgrade header
+	hasUpgrade bool
+	probe      bool
+	idempotent bool // GET, HEAD, OPTIONS or TRACE
+	host       bool
+	extraHop   bool  // Connection names other headers to drop
+	cl         int64 // Content-Length; -1 without one
+}
+
+func (rq *Request) hasBody() bool { return rq.chunked || rq.cl > 0 }
+
+// Probe reports whether the User-Agent starts with "kube-probe/".
+func (rq *Request) Probe() bool { return rq.probe }
+
+var errHeaderTooLarge = errors.New("request head too large")
+
+// badRequest is an error whose message is sent to the client.
+type badRequest string
+
+func (e badRequest) Error() string { return string(e) }
+
+// readRequest parses a request head into rq and writes the head to send to
+// the app into cc.out. On error it returns the status to answer with (0 to
+// just close).
+//
+// The head for the app is built, not copied: the request line from the
+// parsed method, target and version; the header lines that passed every
+// check, less the hop-by-hop ones (Connection, Keep-Alive,
+// Proxy-Connection, an Upgrade not asked for, and every header the
+// Connection header names, except Host); then the framing the engine
+// applies to the body (Content-Length or Transfer-Encoding: chunked, from
+// the parsed values), X-Forwarded-For and, for an upgrade, Connection:
+// Upgrade. Whatever the client's Connection header names, the app frames
+// the body exactly as the engine does.
+func (cc *Conn) readRequest(rq *Request) (int, error) {
+	budget := cc.o.MaxHeaderBytes
+	rq.cl = -1
+	var line []byte
+	var err error
+	keepRaw := cc.o.KeepRaw
+	cc.host = cc.host[:0]
+	for blank := 0; ; blank++ {
+		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
+		if err != nil {
+			return headErrorCode(err), err
+		}
+		if len(line) > 0 {
+			break
+		}
+		if blank >= maxBlankLines {
+			return 400, badRequest("empty request line")
+		}
+	}
+	if keepRaw {
+		cc.raw = append(cc.raw[:0], line...)
+		cc.raw = append(cc.raw, '\r', '\n')
+	}
+
+	// request-line = method SP request-target SP HTTP-version
+	sp1 := bytes.IndexByte(line, ' ')
+	if sp1 <= 0 {
+		return 400, badRequest("malformed request line")
+	}
+	sp2 := bytes.IndexByte(line[sp1+1:], ' ')
+	if sp2 <= 0 {
+		return 400, badRequest("malformed request line")
+	}
+	sp2 += sp1 + 1
+	method, target, proto := line[:sp1], line[sp1+1:sp2], line[sp2+1:]
+	if !isToken(method) {
+		return 400, badRequest("malformed request line")
+	}
+	major, minor, ok := parseVersion(proto)
+	if !ok {
+		return 400, badRequest("malformed request line")
+	}
+	if major != 1 {
+		if major == 2 && minor == 0 && string(method) == "PRI" && string(target) == "*" {
+			return 0, errH2Preface
+		}
+		return 505, badRequest("HTTP version not supported")
+	}
+	if minor == 0 {
+		rq.http10 = true
+		rq.closeAfter = true
+	}
+	switch string(method) {
+	case "GET", "OPTIONS", "TRACE":
+		rq.idempotent = true
+	case "HEAD":
+		rq.isHead = true
+		rq.idempotent = true
+	case "CONNECT":
+		return 405, badRequest("CONNECT is not supported by " + cc.o.Name)
+	}
+	if !validTarget(target) {
+		return 400, badRequest("malformed request target")
+	}
+	out := append(cc.out[:0], method...)
+	out = append(out, ' ')
+	cc.target[0] = len(out)
+	out = append(out, target...)
+	cc.target[1] = len(out)
+	if rq.http10 {
+		out = append(out, " HTTP/1.0\r\n"...)
+	} else {
+		out = append(out, " HTTP/1.1\r\n"...)
+	}
+
+	cc.xff = cc.xff[:0]
+	cc.hop = cc.hop[:0]
+	var nte int
+	for {
+		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
+		if err != nil {
+			cc.out = out
+			return headErrorCode(err), err
+		}
+		if keepRaw {
+			cc.raw = append(cc.raw, line...)
+			cc.raw = append(cc.raw, '\r', '\n')
+		}
+		if len(line) == 0 {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return 400, badRequest("obsolete line folding in header")
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || !isToken(line[:colon]) {
+			return 400, badRequest("malformed header line")
+		}
+		name, value := line[:colon], trimOWS(line[colon+1:])
+		if !all(value, &valueChars) {
+			return 400, badRequest("control character in a header value")
+		}
+		drop := false
+		switch len(name) {
+		case 4:
+			if eqFold(name, "host") {
+				if rq.host {
+					return 400, badRequest("more than one Host header")
+				}
+				if !all(value, &hostChars) {
+					return 400, badRequest("malformed Host header")
+				}
+				rq.host = true
+				cc.host = append(cc.host, value...)
+			}
+		case 7:
+			if eqFold(name, "upgrade") {
+				rq.hasUpgrade = true
+			}
+		case 9:
+			drop = cc.o.Forwarded && eqFold(name, "forwarded")
+		case 10:
+			switch {
+			case eqFold(name, "connection"):
+				drop = true
+				cc.connectionTokens(value, rq)
+			case eqFold(name, "keep-alive"):
+				drop = true
+			case eqFold(name, "user-agent"):
+				rq.probe = bytes.HasPrefix(value, []byte("kube-probe/"))
+			}
+		case 14:
+			if eqFold(name, "content-length") {
+				drop = true
+				n, ok := parseLength(value)
+				if !ok || (rq.cl >= 0 && rq.cl != n) {
+					return 400, badRequest("invalid Content-Length")
+				}
+				rq.cl = n
+			}
+		case 15:
+			if eqFold(name, "x-forwarded-for") {
+				drop = true
+				if len(cc.xff) > 0 {
+					cc.xff = append(cc.xff, ", "...)
+				}
+				cc.xff = append(cc.xff, value...)
+			}
+		case 16:
+			drop = eqFold(name, "proxy-connection") || cc.o.Forwarded && eqFold(name, "x-forwarded-host")
+		case 17:
+			switch {
+			case eqFold(name, "transfer-encoding"):
+				drop = true
+				nte++
+				if nte > 1 {
+					return 400, badRequest("more than one Transfer-Encoding header")
+				}
+				if !eqFold(value, "chunked") {
+					return 501, badRequest("unsupported Transfer-Encoding (only chunked is)")
+				}
+				rq.chunked = true
+			case cc.o.Forwarded && eqFold(name, "x-forwarded-proto"):
+				drop = true
+			}
+		}
+		if !drop {
+			out = append(out, line...)
+			out = append(out, '\r', '\n')
+		}
+	}
+	if !rq.http10 && !rq.host {
+		return 400, badRequest("missing Host header")
+	}
+	if rq.chunked {
+		// RFC 9112 section 6.1: both may be an attempt to smuggle, and
+		// HTTP/1.0 has no chunked framing; refused rather than guessed.
+		if rq.cl >= 0 {
+			return 400, badRequest("both Content-Length and Transfer-Encoding")
+		}
+		if rq.http10 {
+			return 400, badRequest("Transfer-Encoding in an HTTP/1.0 request")
+		}
+	}
+	rq.upgrade = rq.upgrade && rq.hasUpgrade
+	if rq.hasUpgrade && !rq.upgrade {
+		rq.extraHop = true
+		cc.hop = append(cc.hop, "upgrade,"...)
+	}
+	if rq.extraHop {
+		out = dropHeaders(out, cc.hop)
+	}
+	switch {
+	case rq.chunked:
+		out = append(out, "Transfer-Encoding: chunked\r\n"...)
+	case rq.cl >= 0:
+		out = append(out, "Content-Length: "...)
+		out = strconv.AppendInt(out, rq.cl, 10)
+		out = append(out, '\r', '\n')
+	}
+	out = append(out, "X-Forwarded-For: "...)
+	if len(cc.xff) > 0 {
+		out = append(out, cc.xff...)
+		out = append(out, ", "...)
+	}
+	out = append(out, cc.ip...)
+	out = append(out, '\r', '\n')
+	if cc.o.Forwarded {
+		if rq.host {
+			out = append(out, "X-Forwarded-Host: "...)
+			out = append(out, cc.host...)
+			out = append(out, '\r', '\n')
+		}
+		out = append(out, "X-Forwarded-Proto: http\r\n"...)
+	}
+	if rq.upgrade {
+		out = append(out, "Connection: Upgrade\r\n"...)
+	}
+	cc.out = append(out, '\r', '\n')
+	return 0, nil
+}
+
+func headErrorCode(err error) int {
+	if err == errHeaderTooLarge {
+		return 431
+	}
+	return 0 // timeout, EOF, reset: just close
+}
+
+// parseVersion parses "HTTP/x.y" (one digit each, as RFC 9112 section 2.3
+// and net/http have it).
+func parseVersion(b []byte) (major, minor int, ok bool) {
+	if len(b) != 8 || string(b[:5]) != "HTTP/" || b[6] != '.' ||
+		b[5] < '0' || b[5] > '9' || b[7] < '0' || b[7] > '9' {
+		return 0, 0, false
+	}
+	return int(b[5] - '0'), int(b[7] - '0'), true
+}
+
+// validTarget checks a request target: "*", an origin-form path (no
+// controls, SP or DEL; every % followed by two hex digits before the query,
+// as net/http unescapes it) or an absolute-form URI as net/url parses it.
+func validTarget(t []byte) bool {
+	if len(t) == 0 || !all(t, &targetChars) {
+		return false
+	}
+	if t[0] != '/' {
+		if len(t) == 1 && t[0] == '*' {
+			return true
+		}
+		u, err := url.ParseRequestURI(string(t))
+		return err == nil && u.Scheme != ""
+	}
+	for i := 0; i < len(t); i++ {
+		switch t[i] {
+		case '?':
+			return true
+		case '%':
+			if i+2 >= len(t) {
+				return false
+			}
+			if _, ok := unhex(t[i+1]); !ok {
+				return false
+			}
+			if _, ok := unhex(t[i+2]); !ok {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}
+
+// connectionTokens reads the Connection header's options into rq; names of
+// other headers go to cc.hop, to be dropped.
+func (cc *Conn) connectionTokens(v []byte, rq *Request) {
+	tokens(v, func(tok []byte) {
+		switch {
+		case eqFold(tok, "close"):
+			rq.closeAfter = true
+		case eqFold(tok, "keep-alive"):
+		case eqFold(tok, "upgrade"):
+			rq.upgrade = true
+		default:
+			rq.extraHop = true
+			cc.hop = append(cc.hop, tok...)
+			cc.hop = append(cc.hop, ',')
+		}
+	})
+}
+
+// dropHeaders removes from a head the header lines named in names (comma
+// separated), never Host. Rare: only for a Connection header that names
+// other headers.
+func dropHeaders(head, names []byte) []byte {
+	first := bytes.Index(head, []byte("\r\n")) + 2
+	out := append([]byte(nil), head[:first]...)
+	rest := head[first:]
+	for len(rest) > 0 {
+		i := bytes.Index(rest, []byte("\r\n"))
+		line := rest[:i+2]
+		rest = rest[i+2:]
+		name := line[:bytes.IndexByte(line, ':')]
+		keep := true
+		if !eqFold(name, "host") {
+			for ns := names; len(ns) > 0; {
+				j := bytes.IndexByte(ns, ',')
+				if bytes.EqualFold(ns[:j], name) {
+					keep = false
+					break
+				}
+				ns = ns[j+1:]
+			}
+		}
+		if keep {
+			out = append(out, line...)
+		}
+	}
+	return out
+}

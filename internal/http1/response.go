@@ -1,0 +1,176 @@
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// maxResponseHead bounds the response head read from the app.
+const maxResponseHead = 1 << 20
+
+var errBadResponse = errors.New("malformed response from the app")
+
+// response is what the proxy needs to know about one response head.
+type response struct {
+	code    int
+	cl      int64 // Content-Length; -1 without one
+	chunked bool
+	// close: the app closes the connection after this response (HTTP/1.0,
+	// or a close option).
+	close bool
+}
+
+// readResponseHead reads the next final response head from the app into
+// cc.resp (without the final empty line), forwarding 1xx heads other than
+// 101 to HTTP/1.1 clients and skipping them for HTTP/1.0 ones (RFC 9110
+// section 15.2).
+func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
+	for {
+		if err := cc.awaitResponse(uc); err != nil {
+			return err
+		}
+		if err := cc.readOneResponseHead(uc.br, rq, rs); err != nil {
+			return err
+		}
+		if rs.code >= 200 || rs.code == 101 {
+			return nil
+		}
+		if rq.http10 {
+			continue
+		}
+		// 100 Continue, 103 Early Hints: forward at once.
+		cc.resp = append(cc.resp, '\r', '\n')
+		if err := cc.write(cc.c, cc.resp); err != nil {
+			return err
+		}
+		cc.sent1xx = true
+		cc.now = time.Now() // the app is alive: the response-header timeout starts again
+	}
+}
+
+// readOneResponseHead parses one response head into rs and builds the head
+// for the client in cc.resp: the status line and the header lines that
+// passed every check, less the hop-by-hop ones (Connection, Keep-Alive,
+// Proxy-Connection and every header the Connection header names; a 101
+// keeps Connection and Upgrade), then the framing the engine applies, from
+// the parsed values. The final empty line (and Connection: close) is the
+// caller's. A head that breaks RFC 9112's framing rules (Content-Length and
+// Transfer-Encoding both, a coding other than chunked, Transfer-Encoding
+// in HTTP/1.0, obsolete line folding, a malformed line) is an error: the
+// client gets a 502 and the connection to the app is closed.
+func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response) error {
+	*rs = response{cl: -1}
+	budget := maxResponseHead
+	line, err := readLine(br, &cc.line, &budget, errBadResponse)
+	if err != nil {
+		return err
+	}
+	// status-line = HTTP-version SP status-code SP [ reason-phrase ]
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' {
+		return errBadResponse
+	}
+	code, ok := parseStatus(line[9:12])
+	if !ok || (len(line) > 12 && (line[12] != ' ' || !all(line[13:], &reasonChars))) {
+		return errBadResponse
+	}
+	if code == 101 && (!rq.upgrade || rq.http10) {
+		return errBadResponse // switching protocols nobody asked for
+	}
+	rs.code = code
+	http10 := line[7] == '0'
+	rs.close = http10
+	resp := append(cc.resp[:0], line...)
+	resp = append(resp, '\r', '\n')
+	cc.hop = cc.hop[:0]
+	extraHop := false
+	nte := 0
+	for {
+		line, err = readLine(br, &cc.line, &budget, errBadResponse)
+		if err != nil {
+			cc.resp = resp
+			return err
+		}
+		if len(line) == 0 {
+			break
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || !isToken(line[:colon]) {
+			cc.resp = resp
+			return errBadResponse // obs-fold included: it starts with SP or HTAB
+		}
+		name, value := line[:colon], trimOWS(line[colon+1:])
+		if !all(value, &valueChars) {
+			cc.resp = resp
+			return errBadResponse
+		}
+		drop := false
+		switch len(name) {
+		case 10:
+			switch {
+			case eqFold(name, "connection"):
+				tokens(value, func(tok []byte) {
+					switch {
+					case eqFold(tok, "close"):
+						rs.close = true
+					case eqFold(tok, "keep-alive"), eqFold(tok, "upgrade"):
+					default:
+						extraHop = true
+						cc.hop = append(cc.hop, tok...)
+						cc.hop = append(cc.hop, ',')
+					}
+				})
+				drop = code != 101
+			case eqFold(name, "keep-alive"):
+				drop = true
+			}
+		case 14:
+			if eqFold(name, "content-length") {
+				drop = true
+				n, ok := parseLength(value)
+				if !ok || (rs.cl >= 0 && rs.cl != n) {
+					cc.resp = resp
+					return errBadResponse
+				}
+				rs.cl = n
+			}
+		case 16:
+			drop = eqFold(name, "proxy-connection")
+		case 17:
+			if eqFold(name, "transfer-encoding") {
+				drop = true
+				nte++
+				if nte > 1 || http10 || !eqFold(value, "chunked") {
+					cc.resp = resp
+					return errBadResponse
+				}
+				rs.chunked = true
+			}
+		}
+		if !drop {
+			resp = append(resp, line...)
+			resp = append(resp, '\r', '\n')
+		}
+	}
+	if rs.chunked && rs.cl >= 0 {
+		cc.resp = resp
+		return errBadResponse
+	}
+	if extraHop && code != 101 {
+		resp = dropHeaders(resp, cc.hop)
+	}
+	switch {
+	case code < 200 || code == 204:
+		// No body, and nothing to say about one.
+	case rs.chunked:
+		resp = append(resp, "Transfer-Encoding: chunked\r\n"...)
+	case rs.cl >= 0:
+		resp = append(resp, "Content-Length: "...)
+		resp = strconv.AppendInt(resp, rs.cl, 10)
+		resp = append(resp, '\r', '\n')
+	}
+	cc.resp = resp
+	return nil
+}

@@ -1,0 +1,436 @@
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+const (
+	// mergeMax bounds how much body is copied behind a head so that head and
+	// body leave in one write.
+	mergeMax = 8 << 10
+	// bodyWait is how long a finished response waits for the request body to
+	// finish uploading before the connections are given up (net/http's
+	// Transport waits 50ms too).
+	bodyWait = 50 * time.Millisecond
+	// clientCheck is how often a request waiting on the app (for its
+	// response head, or for more of a streamed body) checks that its
+	// client is still there.
+	clientCheck = 100 * time.Millisecond
+)
+
+var (
+	errBodyUnfinished = errors.New("the app answered before reading the whole request body")
+	// errClientGone: the client closed its connection while its request
+	// waited on the app.
+	errClientGone = errors.New("the client went away")
+)
+
+// ResponseTimeoutError is the error of a request whose app sent no
+// response head within Options.ResponseHeaderTimeout; the client gets a 504.
+type ResponseTimeoutError struct{ After time.Duration }
+
+func (e *ResponseTimeoutError) Error() string {
+	return fmt.Sprintf("no response head within %v", e.After)
+}
+
+// RoundTrip sends the request to up and copies the response back to the
+// client; it reports whether the client connection may carry another
+// request. A 101 response turns the connection into a byte tunnel until
+// both sides are done. A client that goes away while its request waits on
+// the app ends the exchange (the connection to the app is closed).
+func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
+	// A request body that is already in the buffer and small goes out with
+	// the head, in one write, and can be sent again on a fresh connection.
+	inline := false
+	if rq.cl > 0 && rq.cl <= mergeMax && int64(cc.br.Buffered()) >= rq.cl {
+		body, _ := cc.br.Peek(int(rq.cl))
+		cc.out = append(cc.out, body...)
+		cc.br.Discard(int(rq.cl))
+		inline = true
+	}
+	streamBody := rq.hasBody() && !inline
+	cc.sent1xx = false
+	cc.farDeadline = false
+	cc.body, cc.bodyErr = nil, nil
+	var uc *upConn
+	var rs response
+	for attempt := 0; ; attempt++ {
+		var reused bool
+		var err error
+		if attempt == 0 {
+			uc, reused, err = up.get()
+		} else {
+			uc, err = up.dial()
+		}
+		if err != nil {
+			return cc.upstreamFailed(up, rq, err)
+		}
+		_, err = uc.c.Write(cc.out)
+		writeFailed := err != nil
+		if err == nil && streamBody {
+			cc.startRequestBody(uc.c, rq)
+		}
+		if err == nil {
+			err = cc.readResponseHead(uc, rq, &rs)
+			if err == nil {
+				if cc.farDeadline {
+					uc.c.SetReadDeadline(time.Now().Add(clientCheck))
+				}
+				break
+			}
+		}
+		uc.close()
+		// A connection the app closed while it sat in the pool fails before
+		// any byte of a response: send again if the request can be resent.
+		if reused && attempt == 0 && !streamBody && !cc.sent1xx && (rq.idempotent || writeFailed) && isConnClosedErr(err) {
+			continue
+		}
+		if cc.body != nil {
+			if cc.bodyMalformed() && !cc.sent1xx {
+				cc.writeError(400, "malformed chunked request body")
+				return false
+			}
+			cc.c.Close()
+			cc.waitBody()
+			return false
+		}
+		if err == errClientGone || cc.sent1xx { // nobody to answer, or too late for a 502
+			return false
+		}
+		return cc.upstreamFailed(up, rq, err)
+	}
+
+	keep := !rq.closeAfter && !cc.draining()
+	if rs.code == 101 {
+		if cc.waitBody() != nil {
+			uc.close()
+			return false
+		}
+		cc.tunnel(uc)
+		return false
+	}
+	f := &cc.f
+	switch {
+	case rq.isHead || rs.code == 204 || rs.code == 304:
+		f.reset(bodyNone, 0)
+	case rs.chunked:
+		f.reset(bodyChunked, 0)
+	case rs.cl >= 0:
+		f.reset(bodyLength, rs.cl)
+	default:
+		f.reset(bodyClose, 0)
+		keep = false
+		rs.close = true
+	}
+	if !keep {
+		cc.resp = append(cc.resp, "Connection: close\r\n"...)
+	}
+	cc.resp = append(cc.resp, '\r', '\n')
+	sent, err := cc.pump(cc.c, uc, cc.resp, f)
+	cc.resp = cc.resp[:0]
+	if err != nil {
+		uc.close()
+		if cc.body != nil {
+			cc.c.Close()
+			cc.waitBody()
+			return false
+		}
+		if !sent && !cc.sent1xx && err == errChunked {
+			// Nothing of the response went out yet: still time for a 502.
+			return cc.upstreamFailed(up, rq, errBadResponse)
+		}
+		return false
+	}
+	if cc.body != nil {
+		t := time.NewTimer(bodyWait)
+		select {
+		case cc.bodyErr = <-cc.body:
+			t.Stop()
+		case <-t.C:
+			cc.c.Close()
+			uc.close()
+			cc.waitBody()
+			return false
+		}
+		cc.body = nil
+		if cc.bodyErr != nil {
+			uc.close()
+			return false
+		}
+	}
+	if reusable(rq, &rs) {
+		up.put(uc, cc.now)
+	} else {
+		uc.close()
+	}
+	return keep
+}
+
+// reusable reports whether the connection that carried a response may carry
+// another request. Not when the app closes it, nor after a response that
+// has no body by rule but whose head announced one (HEAD, 204, 304 with a
+// Content-Length or chunked): an app that sends that body anyway, later,
+// would have it read as the answer to someone else's request.
+func reusable(rq *Request, rs *response) bool {
+	if rs.close || rq.http10 {
+		return false
+	}
+	if rq.isHead || rs.code == 204 || rs.code == 304 {
+		return !rs.chunked && rs.cl <= 0
+	}
+	return true
+}
+
+func isConnClosedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isResetErr(err)
+}
+
+func isResetErr(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// awaitResponse waits for the first byte of a response head from the app.
+// Every clientCheck it checks that the client is still there; once the
+// request body is sent, Options.ResponseHeaderTimeout runs. It leaves a
+// read deadline on uc that pump renews.
+func (cc *Conn) awaitResponse(uc *upConn) error {
+	if uc.br.Buffered() > 0 {
+		return nil
+	}
+	var deadline time.Time
+	now := cc.now
+	for {
+		if deadline.IsZero() && cc.o.ResponseHeaderTimeout > 0 && cc.bodyFinished() {
+			deadline = now.Add(cc.o.ResponseHeaderTimeout)
+		}
+		next := now.Add(clientCheck)
+		if !deadline.IsZero() && deadline.Before(next) {
+			next = deadline
+		}
+		uc.c.SetReadDeadline(next)
+		_, err := uc.br.Peek(1)
+		if err == nil {
+			if !headBuffered(uc.br) {
+				// A head arriving in pieces: give it until the deadline, not
+				// just until the next check (RoundTrip brings the checks
+				// back for the body).
+				uc.c.SetReadDeadline(deadline)
+				cc.farDeadline = true
+			}
+			return nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		now = time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return &ResponseTimeoutError{After: cc.o.ResponseHeaderTimeout}
+		}
+		if cc.bodyFinished() && clientGone(cc.c) {
+			return errClientGone
+		}
+	}
+}
+
+// headBuffered reports whether a whole head is in br's buffer.
+func headBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
+}
+
+// startRequestBody streams the request body from the client to the app in
+// its own goroutine (the app may answer while it still reads); the outcome
+// arrives on cc.body.
+func (cc *Conn) startRequestBody(dst *net.TCPConn, rq *Request) {
+	done := make(chan error, 1)
+	cc.body = done
+	var f framing
+	if rq.chunked {
+		f.reset(bodyChunked, 0)
+	} else {
+		f.reset(bodyLength, rq.cl)
+	}
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("panic copying a request body: %v", r)
+			}
+		}()
+		err := cc.pumpRequestBody(dst, &f)
+		if err != nil {
+			dst.Close() // abort the exchange: the app must not wait for the rest
+		}
+		done <- err
+	}()
+}
+
+// bodyFinished reports, without waiting, whether no request body is being
+// streamed any more.
+func (cc *Conn) bodyFinished() bool {
+	if cc.body == nil {
+		return true
+	}
+	select {
+	case cc.bodyErr = <-cc.body:
+		cc.body = nil
+		return true
+	default:
+		return false
+	}
+}
+
+// bodyMalformed waits briefly for the outcome of the request body being
+// streamed and reports whether it broke the chunked framing.
+func (cc *Conn) bodyMalformed() bool {
+	t := time.NewTimer(bodyWait)
+	defer t.Stop()
+	select {
+	case cc.bodyErr = <-cc.body:
+		cc.body = nil
+		return errors.Is(cc.bodyErr, errChunked)
+	case <-t.C:
+		return false
+	}
+}
+
+// waitBody waits for the request body being streamed, if any, and returns
+// its outcome.
+func (cc *Conn) waitBody() error {
+	if cc.body != nil {
+		cc.bodyErr = <-cc.body
+		cc.body = nil
+	}
+	return cc.bodyErr
+}
+
+// pumpRequestBody copies a request body from the client to the app; each
+// blocking read from the client gets the idle timeout.
+func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
+	src := cc.br
+	for !f.done() {
+		if src.Buffered() == 0 {
+			cc.c.SetReadDeadline(time.Now().Add(cc.o.IdleTimeout))
+			if _, err := src.Peek(1); err != nil {
+				return err
+			}
+		}
+		b, _ := src.Peek(src.Buffered())
+		n, err := f.consume(b)
+		if n > 0 {
+			if _, werr := dst.Write(b[:n]); werr != nil {
+				return werr
+			}
+			src.Discard(n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pump copies a response body framed by f from the app to the client,
+// writing pre (the head) first; each piece is written as soon as it arrives
+// (so streams are flushed as they come). While the app is silent it checks
+// every clientCheck that the client is still there. sent reports whether
+// anything was written to the client.
+func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent bool, err error) {
+	src := uc.br
+	pending := pre
+	for !f.done() {
+		if src.Buffered() == 0 {
+			if len(pending) > 0 {
+				sent = true
+				if err := cc.write(dst, pending); err != nil {
+					return sent, err
+				}
+				pending = nil
+			}
+			for {
+				_, err := src.Peek(1)
+				if err == nil {
+					break
+				}
+				if f.kind == bodyClose && err == io.EOF {
+					f.kind = bodyNone
+					break
+				}
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					return sent, err
+				}
+				if clientGone(cc.c) {
+					return sent, errClientGone
+				}
+				uc.c.SetReadDeadline(time.Now().Add(clientCheck))
+			}
+			if f.done() {
+				break
+			}
+			cc.now = time.Now() // a stream: keep the write deadline moving
+		}
+		b, _ := src.Peek(src.Buffered())
+		n, err := f.consume(b)
+		if err != nil {
+			return sent, err
+		}
+		if len(pending)+n <= mergeMax && pending != nil {
+			pending = append(pending, b[:n]...)
+			cc.resp = pending // keep the grown buffer
+		} else {
+			sent = true
+			if len(pending) > 0 {
+				if err := cc.write(dst, pending); err != nil {
+					return sent, err
+				}
+				pending = nil
+			}
+			if err := cc.write(dst, b[:n]); err != nil {
+				return sent, err
+			}
+		}
+		src.Discard(n)
+	}
+	if len(pending) > 0 {
+		return true, cc.write(dst, pending)
+	}
+	return sent, nil
+}
+
+// write writes b to dst; writes to the client carry the idle timeout,
+// renewed when half of it is used up so that not every write pays for it.
+func (cc *Conn) write(dst *net.TCPConn, b []byte) error {
+	if dst == cc.c {
+		timeout := cc.o.IdleTimeout
+		if cc.wdl.Sub(cc.now) < timeout/2 {
+			cc.wdl = time.Now().Add(timeout)
+			cc.c.SetWriteDeadline(cc.wdl)
+		}
+	}
+	_, err := dst.Write(b)
+	return err
+}
+
+// upstreamFailed answers 502 because the upstream could not be reached or
+// answered garbage, or 504 because it did not answer in time.
+func (cc *Conn) upstreamFailed(up *Upstream, rq *Request, err error) bool {
+	code := 502
+	var te *ResponseTimeoutError
+	if errors.As(err, &te) {
+		code = 504
+	}
+	keep := code == 502 && !rq.hasBody() && !rq.closeAfter && !cc.draining()
+	msg := cc.h.UpstreamError(up, err) + "\n"
+	cc.writeResponse(code, msg, keep)
+	if !keep {
+		cc.closeGently()
+	}
+	return keep
+}
