@@ -77,15 +77,15 @@ type Conn struct {
 	hop     []byte // hop-by-hop header names to drop, comma separated
 	ip      []byte // client IP, computed once
 	f       framing
-	now     time.Time  // when the current request's head began
-	wdl     time.Time  // current write deadline of the client connection
-	sent1xx bool       // a 1xx response of the current request went out
+	now     time.Time // when the current request's head began
+	wdl     time.Time // current write deadline of the client connection
+	sent1xx bool      // a 1xx response of the current request went out
 	// farDeadline: the read deadline on the app's connection is the
 	// response-header timeout's, not the next client check's.
 	farDeadline bool
-	body    chan error // the outcome of the request body being streamed, until received
-	bodyErr error
-	req     int // requests served on this connection
+	body        chan error // the outcome of the request body being streamed, until received
+	bodyErr     error
+	req         int // requests served on this connection
 }
 
 // newConn returns the engine for client connection c; call Serve, then
