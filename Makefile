@@ -19,7 +19,7 @@ PROGRAMS   := $(addprefix $(BIN)/,$(COMMANDS)) $(BIN)/ebb-test-app
 KUBE_BINS  := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-proxy
 KEDA_BINS  := $(BIN)/keda-operator $(BIN)/keda-adapter
 DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck
-DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:patch
+DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:patch nginx-light:nginx
 TEST_FLAGS ?= -count=1 -timeout 80m
 # Modules whose CRDs the chart tests apply (cert-manager, ServiceMonitor).
 CRD_MODULES := github.com/cert-manager/cert-manager@v1.21.2 github.com/prometheus-operator/prometheus-operator@v0.85.0

@@ -1,20 +1,31 @@
 // Command sidecar benchmarks ebb-sidecar against the test app on loopback and
 // prints the figures of issue 3 as a markdown table: throughput through the
-// sidecar (counting on and off) and through a plain httputil.ReverseProxy
-// relative to the app served directly (c=64, keep-alive, small response),
-// added latency at c=1 (next to a bare TCP forwarder, the floor any proxy
-// hop costs on the machine), RSS idle and holding 1,000 keep-alive connections,
-// and the stripped binary size.
+// sidecar (counting on and off), through nginx and through a plain
+// httputil.ReverseProxy relative to the app served directly (c=64,
+// keep-alive, small response), added latency at c=1 of the sidecar and of
+// nginx (next to a bare TCP forwarder, the floor any proxy hop costs on the
+// machine), RSS idle and holding 1,000 keep-alive connections of the sidecar
+// and of nginx, and the stripped binary size. Two closing lines put the
+// sidecar next to nginx: throughput ÷ direct and p50 added, each side by side.
+//
+// nginx is the peer: Debian's build (make debs installs nginx-light), its own
+// process in the foreground with exactly one worker, a generated config in a
+// temp dir (pid file, error log and temp paths there, access log off),
+// upstream keep-alive to the app (keepalive 64, HTTP/1.1, Connection "") and
+// proxy_buffering off, so that it streams as the sidecar does; its cap on
+// requests per keep-alive connection is lifted, as the others have none. Its
+// RSS is master + worker. It is stopped and its temp dir removed when the
+// bench ends, on error too.
 //
 // Run it from the module root:
 //
 //	go run ./test/bench/sidecar [-duration 2s] [-rounds 9] [-pairs 12] [-pin split|none] [-rebuild]
 //
 // It uses bin/ebb-sidecar and bin/ebb-test-app, building them if missing (or
-// with -rebuild), and wrk as the load generator. With -pin split (the
-// default) wrk runs on CPU 0 and every server (app, sidecar, baseline proxy)
-// on CPU 1, as in a pod whose app and sidecar share one CPU; with -pin none
-// everything shares every CPU.
+// with -rebuild), nginx from PATH, and wrk as the load generator. With -pin
+// split (the default) wrk runs on CPU 0 and every server (app, sidecar,
+// nginx, baseline proxy) on CPU 1, as in a pod whose app and sidecar share
+// one CPU; with -pin none everything shares every CPU.
 //
 // Shared machines are noisy, so every figure is a median of figures taken
 // within one round, where the targets ran back to back: throughput ratios

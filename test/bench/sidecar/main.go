@@ -77,7 +77,7 @@ func main() {
 type target struct {
 	name string
 	port int
-	pid  int // the proxy's process; 0 for direct
+	pids []int // the proxy's processes (nginx: master and worker); none for direct
 }
 
 func run(c benchConfig) error {
@@ -123,6 +123,12 @@ func run(c benchConfig) error {
 	if err := sidecar("sidecar-nocount", p+2, false); err != nil {
 		return err
 	}
+	// nginx, the peer: Debian's build, one worker pinned with the sidecar.
+	ngx, err := startNginx(c, p+6, app)
+	if err != nil {
+		return err
+	}
+	defer ngx.stop()
 	if err := procs.start(c, "reverseproxy", []string{self, "reverseproxy", fmt.Sprintf("127.0.0.1:%d", p+3), app}, nil); err != nil {
 		return err
 	}
@@ -135,16 +141,14 @@ func run(c benchConfig) error {
 		}
 	}
 	direct := target{name: "direct", port: p}
-	side := target{name: "sidecar", port: p + 1, pid: procs.pid("sidecar")}
-	nocount := target{name: "sidecar, counting off", port: p + 2, pid: procs.pid("sidecar-nocount")}
-	rproxy := target{name: "httputil.ReverseProxy", port: p + 3, pid: procs.pid("reverseproxy")}
-	floor := target{name: "TCP forwarder", port: p + 5, pid: procs.pid("tcpforward")}
+	side := target{name: "sidecar", port: p + 1, pids: []int{procs.pid("sidecar")}}
+	nocount := target{name: "sidecar, counting off", port: p + 2, pids: []int{procs.pid("sidecar-nocount")}}
+	nginx := target{name: "nginx", port: p + 6, pids: ngx.pids()}
+	rproxy := target{name: "httputil.ReverseProxy", port: p + 3, pids: []int{procs.pid("reverseproxy")}}
+	floor := target{name: "TCP forwarder", port: p + 5, pids: []int{procs.pid("tcpforward")}}
 	appPid := procs.pid("app")
 	measure := func(c benchConfig, t target, conns int) (wrkResult, error) {
-		pids := []int{appPid}
-		if t.pid != 0 {
-			pids = append(pids, t.pid)
-		}
+		pids := append([]int{appPid}, t.pids...)
 		before := cpuSeconds(pids)
 		res, err := wrk(c, script, t.port, conns)
 		if err != nil {
@@ -159,7 +163,7 @@ func run(c benchConfig) error {
 	// are taken within a round, where the neighbours' load is alike.
 	res := map[string][]wrkResult{}
 	errs := 0
-	targets := []target{direct, side, nocount, rproxy}
+	targets := []target{direct, side, nocount, nginx, rproxy}
 	for r := range c.rounds {
 		for i := range targets {
 			t := targets[(i+r)%len(targets)]
@@ -190,15 +194,15 @@ func run(c benchConfig) error {
 			errs += w.errors
 		}
 	}
-	// Latency, c=1: direct, sidecar and the bare TCP forwarder back to back,
-	// order rotated. The forwarder (two io.Copy goroutines per connection, no
-	// HTTP at all) is the floor: what one more user-space hop costs on this
-	// machine, whatever the proxy does.
+	// Latency, c=1: direct, sidecar, nginx and the bare TCP forwarder back to
+	// back, order rotated. The forwarder (two io.Copy goroutines per
+	// connection, no HTTP at all) is the floor: what one more user-space hop
+	// costs on this machine, whatever the proxy does.
 	lat := map[string][]wrkResult{}
-	trio := []target{direct, side, floor}
+	quad := []target{direct, side, nginx, floor}
 	for r := range c.rounds {
-		for i := range trio {
-			t := trio[(i+r)%len(trio)]
+		for i := range quad {
+			t := quad[(i+r)%len(quad)]
 			w, err := measure(c, t, 1)
 			if err != nil {
 				return err
@@ -210,6 +214,7 @@ func run(c benchConfig) error {
 	}
 	load1 := loadavg()
 	busyRSS := rssKiB(procs.pid("sidecar"))
+	ngxBusyRSS := sumRSSKiB(ngx.pids())
 
 	// RSS of a fresh sidecar: idle, then holding c.hold keep-alive connections.
 	fresh := p + 4
@@ -228,6 +233,23 @@ func run(c benchConfig) error {
 	}
 	time.Sleep(time.Second)
 	holdRSS := rssKiB(procs.pid("sidecar-rss"))
+	for _, cn := range conns {
+		cn.Close()
+	}
+	// The same for a fresh nginx (master + worker).
+	ngxFresh, err := startNginx(c, p+7, app)
+	if err != nil {
+		return err
+	}
+	defer ngxFresh.stop()
+	time.Sleep(time.Second)
+	ngxIdleRSS := sumRSSKiB(ngxFresh.pids())
+	conns, err = holdConns(fmt.Sprintf("127.0.0.1:%d", p+7), c.hold)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	ngxHoldRSS := sumRSSKiB(ngxFresh.pids())
 	for _, cn := range conns {
 		cn.Close()
 	}
@@ -252,6 +274,8 @@ func run(c benchConfig) error {
 	cpuRatio := func(a, b wrkResult) float64 { return b.cpuPerReq / a.cpuPerReq }
 	ratio, rpRatio := perRound(res, wallRatio, side.name, direct.name), perRound(res, wallRatio, rproxy.name, direct.name)
 	ratioCPU, rpRatioCPU := perRound(res, cpuRatio, side.name, direct.name), perRound(res, cpuRatio, rproxy.name, direct.name)
+	ngxRatio, ngxRatioCPU := perRound(res, wallRatio, nginx.name, direct.name), perRound(res, cpuRatio, nginx.name, direct.name)
+	sideOverNgx, sideOverNgxCPU := perRound(res, wallRatio, side.name, nginx.name), perRound(res, cpuRatio, side.name, nginx.name)
 	cost := 1 - perRound(res, wallRatio, side.name, nocount.name)
 	var costs []float64
 	for i := range len(res[side.name]) {
@@ -272,6 +296,9 @@ func run(c benchConfig) error {
 	}
 	addP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, side.name, direct.name)
 	addP99 := perRound(lat, func(a, b wrkResult) float64 { return a.p99 - b.p99 }, side.name, direct.name)
+	ngxAddP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, nginx.name, direct.name)
+	ngxAddP99 := perRound(lat, func(a, b wrkResult) float64 { return a.p99 - b.p99 }, nginx.name, direct.name)
+	sideMinusNgxP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, side.name, nginx.name)
 	floorP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, floor.name, direct.name)
 	overFloorP50 := perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, side.name, floor.name)
 	mib := func(kib int) float64 { return float64(kib) / 1024 }
@@ -290,9 +317,11 @@ func run(c benchConfig) error {
 	fmt.Printf("| throughput direct to app, c=%d | %.0f req/s | | |\n", c.conns, rps(direct.name))
 	fmt.Printf("| throughput via ebb-sidecar | %.0f req/s | | |\n", rps(side.name))
 	fmt.Printf("| throughput via ebb-sidecar, counting off | %.0f req/s | | |\n", rps(nocount.name))
+	fmt.Printf("| throughput via nginx (peer: %s, 1 worker, upstream keepalive) | %.0f req/s | | |\n", ngx.version, rps(nginx.name))
 	fmt.Printf("| throughput via httputil.ReverseProxy (baseline) | %.0f req/s | | |\n", rps(rproxy.name))
 	fmt.Printf("| **sidecar ÷ direct** (wall clock, median of per-round ratios) | **%.2f** | ≥ 0.45 | %s |\n", ratio, met(ratio >= 0.45))
 	fmt.Printf("| sidecar ÷ direct, CPU-normalised (CPU µs/req of wrk+app+proxy) | %.2f | ≥ 0.45 | %s |\n", ratioCPU, met(ratioCPU >= 0.45))
+	fmt.Printf("| nginx ÷ direct (peer), wall / CPU-normalised | %.2f / %.2f | | |\n", ngxRatio, ngxRatioCPU)
 	fmt.Printf("| ReverseProxy ÷ direct (baseline), wall / CPU-normalised | %.2f / %.2f | ≈ 0.27–0.32 | |\n", rpRatio, rpRatioCPU)
 	costMet := met(cost <= 0.03)
 	if costHi-costLo > 0.06 {
@@ -304,21 +333,30 @@ func run(c benchConfig) error {
 		cpuCostMet = fmt.Sprintf("not resolvable here: pairs spread %.0f…%.0f %% (interquartile)", 100*cpuCostLo, 100*cpuCostHi)
 	}
 	fmt.Printf("| counting cost, CPU-normalised | %.1f %% | ≤ 3 %% | %s |\n", 100*costCPU, cpuCostMet)
-	fmt.Printf("| p50 c=1 direct / sidecar | %.0f / %.0f µs | | |\n", p50(direct.name), p50(side.name))
+	fmt.Printf("| p50 c=1 direct / sidecar / nginx | %.0f / %.0f / %.0f µs | | |\n", p50(direct.name), p50(side.name), p50(nginx.name))
 	fmt.Printf("| **p50 added** (median of per-round differences) | **%+.0f µs** | ≤ +40 µs | %s |\n", addP50, met(addP50 <= 40))
+	fmt.Printf("| p50 added by nginx (peer) | %+.0f µs | | |\n", ngxAddP50)
 	fmt.Printf("| p50 added by a bare TCP forwarder (io.Copy both ways, no HTTP): this machine's floor for any proxy hop | %+.0f µs | | |\n", floorP50)
 	fmt.Printf("| p50 added by the sidecar over that floor (its own HTTP work) | %+.0f µs | | |\n", overFloorP50)
-	fmt.Printf("| p99 c=1 direct / sidecar | %.0f / %.0f µs | | |\n", p99(direct.name), p99(side.name))
+	fmt.Printf("| p99 c=1 direct / sidecar / nginx | %.0f / %.0f / %.0f µs | | |\n", p99(direct.name), p99(side.name), p99(nginx.name))
 	p99Met := met(addP99 <= 150)
 	if p99(direct.name) > 1000 {
 		p99Met = fmt.Sprintf("not measurable here: direct p99 alone is %.1f ms (other processes' CPU load)", p99(direct.name)/1000)
 	}
 	fmt.Printf("| **p99 added** (median of per-round differences) | **%+.0f µs** | ≤ +150 µs | %s |\n", addP99, p99Met)
+	fmt.Printf("| p99 added by nginx (peer) | %+.0f µs | | |\n", ngxAddP99)
 	fmt.Printf("| **sidecar RSS idle** (fresh process) | **%.1f MiB** | ≤ 12 MiB | %s |\n", mib(idleRSS), met(mib(idleRSS) <= 12))
+	fmt.Printf("| nginx RSS idle (fresh; master + worker) | %.1f MiB | | |\n", mib(ngxIdleRSS))
 	fmt.Printf("| **sidecar RSS holding %d keep-alive conns** | **%.1f MiB** | ≤ 30 MiB | %s |\n", c.hold, mib(holdRSS), met(mib(holdRSS) <= 30))
-	fmt.Printf("| sidecar RSS after the load above | %.1f MiB | | |\n", mib(busyRSS))
+	fmt.Printf("| nginx RSS holding %d keep-alive conns (master + worker) | %.1f MiB | | |\n", c.hold, mib(ngxHoldRSS))
+	fmt.Printf("| sidecar / nginx RSS after the load above | %.1f / %.1f MiB | | |\n", mib(busyRSS), mib(ngxBusyRSS))
 	fmt.Printf("| **stripped binary** (-s -w) | **%.1f MB** | ≤ 15 MB | %s |\n", float64(size)/1e6, met(size <= 15e6))
 	fmt.Printf("| wrk errors (non-2xx, socket) over all runs | %d | 0 | %s |\n", errs, met(errs == 0))
+	fmt.Println()
+	fmt.Printf("sidecar ÷ direct vs nginx ÷ direct (c=%d): %.2f vs %.2f; sidecar ÷ nginx %.2f wall clock, %.2f CPU-normalised (medians of per-round ratios)\n\n",
+		c.conns, ratio, ngxRatio, sideOverNgx, sideOverNgxCPU)
+	fmt.Printf("p50 added at c=1: sidecar %+.0f µs vs nginx %+.0f µs; sidecar − nginx %+.0f µs (median of per-round differences)\n",
+		addP50, ngxAddP50, sideMinusNgxP50)
 	return nil
 }
 
@@ -406,6 +444,213 @@ func (ps *procSet) stopAll() {
 			cmd.Process.Kill()
 		}
 	}
+}
+
+// nginxProc is the peer proxy: Debian's nginx (nginx-light) as its own
+// process, in the foreground, with exactly one worker, pinned like the
+// sidecar, its config, pid file, error log and temp paths in a temp dir.
+type nginxProc struct {
+	dir     string
+	version string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the master has exited
+	workers []int
+}
+
+const nginxConf = `# Generated by test/bench/sidecar: nginx as the peer of ebb-sidecar.
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile %[1]d;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log warn;
+%[3]s
+events {
+    worker_connections %[4]d;
+}
+http {
+    access_log off;
+    # No cap on requests per client connection: the sidecar, the app and wrk
+    # keep a connection for the whole run, so nginx does too.
+    keepalive_requests 1000000000;
+%[5]s
+    upstream app {
+        server %[6]s;
+        keepalive 64;
+        keepalive_requests 1000000000;
+    }
+    server {
+        listen 127.0.0.1:%[7]d;
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+`
+
+// startNginx starts nginx on 127.0.0.1:port proxying to upstream and
+// returns once it answers 200 there.
+func startNginx(c benchConfig, port int, upstream string) (n *nginxProc, err error) {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		return nil, fmt.Errorf("nginx is needed (make debs installs Debian's nginx-light): %w", err)
+	}
+	v, err := exec.Command(bin, "-V").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%s -V: %w\n%s", bin, err, v)
+	}
+	dir, err := os.MkdirTemp("", "ebb-bench-nginx")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	n = &nginxProc{dir: dir, version: strings.TrimPrefix(firstLine(string(v)), "nginx version: "), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			n.stop()
+		}
+	}()
+	// Every temp path the build has, inside the temp dir: the compiled-in
+	// ones (/var/lib/nginx/...) may not exist or be writable.
+	var temps strings.Builder
+	for _, m := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		if m != "client_body" && m != "proxy" && strings.Contains(string(v), "--without-http_"+m+"_module") {
+			continue
+		}
+		fmt.Fprintf(&temps, "    %s_temp_path %s/%s;\n", m, dir, m)
+	}
+	user := "" // as root, the worker runs as root too (the default would be nobody)
+	if os.Geteuid() == 0 {
+		user = "user root;"
+	}
+	wconns := max(4096, 2*(c.hold+c.conns)+256) // client and upstream connections both count
+	conf := filepath.Join(dir, "nginx.conf")
+	text := fmt.Sprintf(nginxConf, 2*wconns+64, dir, user, wconns, temps.String(), upstream, port)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		return n, fmt.Errorf("write nginx.conf: %w", err)
+	}
+	// -e: messages from before the config is read go to the same log.
+	argv := c.wrap([]string{bin, "-p", dir + "/", "-c", conf, "-e", filepath.Join(dir, "error.log")}, "1")
+	n.cmd = exec.Command(argv[0], argv[1:]...)
+	// Stderr is left out: what nginx writes there is also in the error log,
+	// which an error returned here quotes.
+	// If the bench dies without cleaning up, the master gets SIGTERM, a fast
+	// shutdown that takes the worker with it.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := n.cmd.Start(); err != nil {
+		n.cmd = nil
+		return n, fmt.Errorf("start nginx: %w", err)
+	}
+	go func() { n.cmd.Wait(); close(n.done) }()
+	u := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	client := &http.Client{Timeout: time.Second} // whatever else holds the port may never answer
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-n.done:
+			return n, fmt.Errorf("nginx exited at start (%s)%s", n.cmd.ProcessState, n.errorLog())
+		default:
+		}
+		resp, err := client.Get(u)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return n, fmt.Errorf("nginx on %s did not answer 200 within 10s%s", u, n.errorLog())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n.workers = childPids(n.cmd.Process.Pid)
+	if len(n.workers) != 1 {
+		return n, fmt.Errorf("nginx: want one worker process, found %d (%v)", len(n.workers), n.workers)
+	}
+	return n, nil
+}
+
+// pids is the master and the worker.
+func (n *nginxProc) pids() []int {
+	return append([]int{n.cmd.Process.Pid}, n.workers...)
+}
+
+// errorLog is the error log's text for an error message, if it has any.
+func (n *nginxProc) errorLog() string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, "error.log"))
+	if len(bytes.TrimSpace(b)) == 0 {
+		return ""
+	}
+	return "; error log:\n" + string(b)
+}
+
+// stop shuts nginx down (SIGTERM: fast shutdown), kills what is left and
+// removes the temp dir.
+func (n *nginxProc) stop() {
+	if n.cmd != nil {
+		workers := append(n.workers, childPids(n.cmd.Process.Pid)...)
+		select {
+		case <-n.done:
+		default:
+			n.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-n.done:
+			case <-time.After(5 * time.Second):
+				n.cmd.Process.Kill()
+				<-n.done
+			}
+		}
+		// A worker whose master was killed outlives it; it is still ours
+		// while its command line says so.
+		for _, pid := range workers {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && bytes.HasPrefix(b, []byte("nginx: worker")) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	os.RemoveAll(n.dir)
+}
+
+// childPids lists the processes whose parent is pid.
+func childPids(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		// After the command name: state, then the parent's pid.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// sumRSSKiB adds up the RSS of processes (nginx: master + worker; pages they
+// share are counted twice, as a reader of ps would).
+func sumRSSKiB(pids []int) int {
+	total := 0
+	for _, pid := range pids {
+		if k := rssKiB(pid); k > 0 {
+			total += k
+		}
+	}
+	return total
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.TrimSpace(s)
 }
 
 func waitHTTP(u string) error {
