@@ -21,6 +21,12 @@ KEDA_BINS  := $(BIN)/keda-operator $(BIN)/keda-adapter
 DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck
 DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:patch nginx-light:nginx
 TEST_FLAGS ?= -count=1 -timeout 80m
+# Fuzz targets (package:Target) run for TEST_FUZZTIME each by `make test`
+# and for FUZZTIME each by `make fuzz`; the differential ones compare the
+# HTTP/1.1 engine's parsers with net/http's.
+FUZZ_TARGETS  := internal/http1:FuzzDifferentialRequest internal/http1:FuzzDifferentialResponse internal/http1:FuzzReadRequest webhook/inject:FuzzInject internal/stats:FuzzParse
+TEST_FUZZTIME ?= 15s
+FUZZTIME      ?= 5m
 # Modules whose CRDs the chart tests apply (cert-manager, ServiceMonitor).
 CRD_MODULES := github.com/cert-manager/cert-manager@v1.21.2 github.com/prometheus-operator/prometheus-operator@v0.85.0
 
@@ -35,8 +41,13 @@ demo: tools build ## Bring up a local cluster, deploy a sample app at zero and s
 	$(GO) run ./test/demo $(DEMO_ARGS)
 
 .PHONY: test
-test: tools build ## Every test: unit, integration against a real API server, end to end.
+test: tools build ## Every test: unit, integration against a real API server, end to end; then each fuzz target briefly.
 	$(GO) test $(TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 5m); a failing input lands in the package's testdata/fuzz.
+	@for t in $(FUZZ_TARGETS); do echo ">> fuzz $$t ($(FUZZTIME))"; $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*} || exit 1; done
 
 .PHONY: build
 build: ## Build ebb's binaries and the test app into bin/.
