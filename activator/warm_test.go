@@ -187,3 +187,48 @@ func TestColdThenWarmOnOneConnection(t *testing.T) {
 		t.Errorf("unknown host: %v", got)
 	}
 }
+
+// TestWarmSmugglingThroughConnectionIsFramed: the warm path is the engine's
+// (internal/http1); a Connection header that names Content-Length or
+// Transfer-Encoding does not turn a body into a second request at the app.
+func TestWarmSmugglingThroughConnectionIsFramed(t *testing.T) {
+	smuggled := "GET /slow-evil HTTP/1.1\r\nHost: evil\r\n\r\n"
+	for _, req := range []string{
+		"POST /a HTTP/1.1\r\nHost: hello.test\r\nConnection: Content-Length\r\nContent-Length: 39\r\n\r\n" + smuggled,
+		"POST /a HTTP/1.1\r\nHost: hello.test\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n27\r\n" + smuggled + "\r\n0\r\n\r\n",
+	} {
+		dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+		var mu sync.Mutex
+		var seen []string
+		app := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %d", r.Method, r.URL.Path, len(b)))
+			mu.Unlock()
+			fmt.Fprint(w, r.URL.Path)
+		})
+		dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.Close()
+		// A second client on a fresh connection, over the pooled upstream
+		// connection the first one used.
+		if got := keepAlive(t, url, "hello.test", 1); !cmp.Equal(got, []string{"200 /x"}) {
+			t.Errorf("second client got %v", got)
+		}
+		mu.Lock()
+		if diff := cmp.Diff([]string{"POST /a 39", "GET /x 0"}, seen); diff != "" {
+			t.Errorf("requests the app saw (-want +got):\n%s", diff)
+		}
+		mu.Unlock()
+	}
+}

@@ -400,71 +400,6 @@ func TestLargeBodiesBothWays(t *testing.T) {
 	}
 }
 
-func TestChunkedTrailersAndHead(t *testing.T) {
-	app := startTestApp(t)
-	r := startSidecar(t, testOptions(app.addr))
-	resp, err := http.Get("http://" + r.addr + "/trailer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "body\n" || resp.Trailer.Get("X-Sum") != "42" {
-		t.Errorf("chunked body %q, trailer %q; want body and X-Sum 42", b, resp.Trailer.Get("X-Sum"))
-	}
-	resp, err = http.Head("http://" + r.addr + "/big?n=100000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.ContentLength != 100000 {
-		t.Errorf("HEAD: %d, length %d", resp.StatusCode, resp.ContentLength)
-	}
-	// The connection is still good after HEAD (no body was waited for).
-	if code, _ := get(t, http.DefaultClient, "http://"+r.addr+"/"); code != 200 {
-		t.Errorf("after HEAD: %d", code)
-	}
-}
-
-func TestExpectContinueAndHTTP10(t *testing.T) {
-	app := startTestApp(t)
-	r := startSidecar(t, testOptions(app.addr))
-	conn, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(conn)
-	io.WriteString(conn, "POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
-	line, err := br.ReadString('\n')
-	if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
-		t.Fatalf("first line %q, %v; want 100 Continue", line, err)
-	}
-	br.ReadString('\n')
-	io.WriteString(conn, "hello")
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if string(b) != "hello" {
-		t.Errorf("body after 100-continue %q", b)
-	}
-
-	c10, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c10.Close()
-	io.WriteString(c10, "GET / HTTP/1.0\r\n\r\n")
-	c10.SetDeadline(time.Now().Add(5 * time.Second))
-	all, err := io.ReadAll(c10) // the connection closes after the response
-	if err != nil || !bytes.HasPrefix(all, []byte("HTTP/1.")) || !bytes.HasSuffix(all, []byte("hello HTTP/1.0\n")) {
-		t.Errorf("HTTP/1.0: %q, %v", all, err)
-	}
-}
-
 func TestH2CAndGRPCTrailers(t *testing.T) {
 	app := startTestApp(t)
 	r := startSidecar(t, testOptions(app.addr))
@@ -530,20 +465,12 @@ func TestBadInput(t *testing.T) {
 	o := testOptions(app.addr)
 	o.MaxHeaderBytes = 4096
 	r := startSidecar(t, o)
+	// The engine's answers are tested in internal/http1; here: refused
+	// requests are answered by ebb-sidecar and never counted.
 	tests := []struct{ name, raw, want string }{
 		{"oversized headers", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 5000) + "\r\n\r\n", "431 Request Header Fields Too Large"},
-		{"many headers", "GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-A: b\r\n", 600) + "\r\n", "431 Request Header Fields Too Large"},
-		{"garbage request line", "HELLO\r\n\r\n", "400 Bad Request"},
-		{"space in target", "GET /a b HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request"},
 		{"missing host", "GET / HTTP/1.1\r\n\r\n", "400 Bad Request"},
-		{"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "400 Bad Request"},
-		{"bad content-length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", "400 Bad Request"},
-		{"conflicting content-length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "400 Bad Request"},
 		{"smuggling CL+TE", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400 Bad Request"},
-		{"unknown transfer-encoding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "501 Not Implemented"},
-		{"obs-fold", "GET / HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n", "400 Bad Request"},
-		{"space before colon", "GET / HTTP/1.1\r\nHost : x\r\n\r\n", "400 Bad Request"},
-		{"HTTP/3", "GET / HTTP/3.0\r\nHost: x\r\n\r\n", "505 HTTP Version Not Supported"},
 		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "405 Method Not Allowed"},
 	}
 	for _, tt := range tests {
@@ -560,41 +487,6 @@ func TestBadInput(t *testing.T) {
 	if got := readStats(t, r).Total; got != 1 {
 		t.Errorf("total = %d: rejected requests must not count", got)
 	}
-}
-
-func TestMalformedChunkedBodyIsCut(t *testing.T) {
-	app := startTestApp(t)
-	r := startSidecar(t, testOptions(app.addr))
-	got, closed := rawExchange(t, r.addr, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
-	if !closed {
-		t.Errorf("got %q, closed %v: want the connection cut", got, closed)
-	}
-	waitFor(t, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
-}
-
-func TestSlowClientsAreCut(t *testing.T) {
-	app := startTestApp(t)
-	o := testOptions(app.addr)
-	o.HeaderTimeout = 200 * time.Millisecond
-	o.IdleTimeout = 400 * time.Millisecond
-	r := startSidecar(t, o)
-	cut := func(name, send string, want time.Duration) {
-		conn, err := net.Dial("tcp", r.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		start := time.Now()
-		io.WriteString(conn, send)
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		rest, err := io.ReadAll(conn)
-		took := time.Since(start)
-		if err != nil || took < want || took > want+time.Second {
-			t.Errorf("%s: closed after %v (%v, read %q), want about %v", name, took, err, rest, want)
-		}
-	}
-	cut("slow head", "GET / HTTP/1.1\r\nHost: x\r\n", o.HeaderTimeout)
-	cut("idle connection", "", o.IdleTimeout)
 }
 
 func TestAppDown(t *testing.T) {
@@ -625,36 +517,6 @@ func TestAppDown(t *testing.T) {
 	}
 	if code, body := get(t, http.DefaultClient, "http://"+r.addr+"/"); code != 200 || body != "up\n" {
 		t.Errorf("app up: %d %q", code, body)
-	}
-}
-
-func TestAppClosesPooledConnection(t *testing.T) {
-	// An app that closes every connection after one response without
-	// saying so: the pooled connection is dead at the next request.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				skipHead(bufio.NewReader(c))
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
-			}()
-		}
-	}()
-	r := startSidecar(t, testOptions(ln.Addr().String()))
-	for i := range 5 {
-		if code, body := get(t, http.DefaultClient, "http://"+r.addr+"/"); code != 200 || body != "ok\n" {
-			t.Fatalf("request %d: %d %q", i, code, body)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -867,38 +729,5 @@ func TestStreamOutlivesIdleTimeout(t *testing.T) {
 	code, body := get(t, http.DefaultClient, "http://"+r.addr+"/sse?n=5&interval=150ms")
 	if code != 200 || strings.Count(body, "data: ") != 5 {
 		t.Errorf("long stream: %d %q", code, body)
-	}
-}
-
-func TestCloseDelimitedResponse(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				skipHead(bufio.NewReader(c))
-				io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close\n")
-			}()
-		}
-	}()
-	r := startSidecar(t, testOptions(ln.Addr().String()))
-	for i := range 3 {
-		resp, err := http.Get("http://" + r.addr + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || string(b) != "until close\n" || !resp.Close {
-			t.Errorf("request %d: %d %q, Connection: close %v", i, resp.StatusCode, b, resp.Close)
-		}
 	}
 }

@@ -1,22 +1,34 @@
-// Package proxy is the hand-written HTTP/1.1 reverse-proxy engine shared by
-// ebb-sidecar and ebb-activator: it parses each request head once into a
-// per-connection buffer (hop-by-hop headers dropped, X-Forwarded-For
-// appended, the Host kept), sends it over a pooled keep-alive connection of
-// an Upstream, and copies bodies (Content-Length, chunked with trailers, or
-// until close) piece by piece as they arrive, request bodies in their own
-// goroutine (full duplex). 1xx responses are forwarded; a 101 turns the
-// connection into a byte tunnel. HTTP/1.0 requests close the connection
-// afterwards. A pooled connection found closed before any byte of a
-// response is retried once on a fresh one (GET, HEAD, OPTIONS, TRACE
-// without a streamed body, or a head that could not be written). A request
-// the engine does not serve itself goes, connection and all, to another
-// server: Conn.Serve returns the connection with what was read put back in
-// front, for the HTTP/2 preface (h2c with prior knowledge) and for
-// Conn.HandOff.
+// Package http1 is the HTTP/1.1 reverse-proxy engine ebb-sidecar and
+// ebb-activator put in front of every request, and the Server that runs it:
+// the accept loop, panic recovery, connection tracking and drain, with the
+// component supplying only a Handler (which Upstream serves a request, and
+// the words of a 502/504).
 //
-// It uses the standard library only. The embedding server is a Handler:
-// it picks the Upstream of each request (and counts it), tracks idle
-// connections for its drain, and words the 502 answered when an upstream
-// fails; malformed heads are refused by the engine itself (400, 431, 501,
-// 505, 405 for CONNECT) with a body prefixed by Options.Name.
+// The engine is strict (RFC 9112, RFC 9110) and frames by construction. A
+// request or response head is parsed once and the head sent on is built
+// from what was parsed: field names must be tokens, values free of
+// controls, no obsolete line folding; Content-Length and Transfer-Encoding
+// are never copied but re-emitted from the framing the engine applies, so
+// whatever a Connection header names, the next hop delimits the body as the
+// engine did. Chunked bodies pass through a byte-level scanner that accepts
+// exactly the chunked grammar (CRLF line ends, extension and trailer
+// syntax). Bad requests get 400/431/501/505 (405 for CONNECT); a bad
+// response from the app gets the client a 502 and the app's connection
+// closed.
+//
+// Upstream is a keep-alive pool per app address. A connection goes back
+// only after a response consumed exactly, and is taken again only if
+// nothing arrived on it meanwhile: bytes an app sends unasked cost it its
+// connection and never reach another client. A request waiting on the app
+// checks every 100 ms that its client is still there and ends when it is
+// not; Options.ResponseHeaderTimeout answers 504. Bodies are copied piece by
+// piece as they arrive (request bodies in their own goroutine, full duplex);
+// 1xx responses are forwarded (not to HTTP/1.0 clients), and a 101 turns
+// the connection into a byte tunnel. Connections that start with the HTTP/2
+// preface, and requests a Handler gives away (Conn.HandOff), go to another
+// server with what was read put back in front.
+//
+// The differential fuzz targets hold the parsers to net/http's except for
+// the deliberate differences listed in differential_test.go; the raw-TCP
+// conformance suite pins the bytes each party sees.
 package http1
