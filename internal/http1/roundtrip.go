@@ -27,7 +27,6 @@ const (
 )
 
 var (
-	errBodyUnfinished = errors.New("the app answered before reading the whole request body")
 	// errClientGone: the client closed its connection while its request
 	// waited on the app.
 	errClientGone = errors.New("the client went away")
