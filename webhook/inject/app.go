@@ -20,6 +20,9 @@ const (
 	AnnotationQueueSize        = "queue-size"
 	AnnotationColdStartTimeout = "cold-start-timeout"
 	AnnotationDrainTimeout     = "drain-timeout"
+	// AnnotationResponseHeaderTimeout bounds the sidecar's wait for the
+	// app's response head.
+	AnnotationResponseHeaderTimeout = "response-header-timeout"
 )
 
 // Limits on annotation values.
@@ -29,6 +32,9 @@ const (
 	MaxQueueSize        = 1_000_000
 	MaxColdStartTimeout = 15 * time.Minute
 	MaxDrainTimeout     = 10 * time.Minute
+	// MaxResponseHeaderTimeout: longer than any live app needs for a
+	// response head (a longer job streams, or answers at once).
+	MaxResponseHeaderTimeout = time.Hour
 )
 
 // App is what a pod (or pod template) says about its app through ebb's label
@@ -54,6 +60,9 @@ type App struct {
 	// says whether the annotation is present (0s is a valid value: no drain).
 	DrainTimeout    time.Duration
 	DrainTimeoutSet bool
+	// ResponseHeaderTimeout is the <suffix>/response-header-timeout
+	// annotation, 0 when unset (the sidecar's default); "0s" is refused.
+	ResponseHeaderTimeout time.Duration
 }
 
 // Problem is one thing wrong with a pod's ebb label or annotations.
@@ -164,6 +173,15 @@ func ParseApp(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) (App, e
 			d = 0
 		}
 		app.DrainTimeout, app.DrainTimeoutSet = d, true
+	}
+	if v, ok := ann(AnnotationResponseHeaderTimeout); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > MaxResponseHeaderTimeout {
+			bad("annotation", n.Key(AnnotationResponseHeaderTimeout), v, "not a duration above 0s and at most "+MaxResponseHeaderTimeout.String(),
+				"set a Go duration longer than the app's slowest response takes to start, such as \"2m\"")
+			d = 0
+		}
+		app.ResponseHeaderTimeout = d
 	}
 
 	if spec.HostNetwork {

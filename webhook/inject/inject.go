@@ -34,9 +34,11 @@ const (
 	EnvUpstream     = "EBB_UPSTREAM"
 	EnvAdminListen  = "EBB_ADMIN_LISTEN"
 	EnvDrainTimeout = "EBB_DRAIN_TIMEOUT"
-	EnvPodName      = "POD_NAME"
-	EnvPodNamespace = "POD_NAMESPACE"
-	EnvPodIP        = "POD_IP"
+	// EnvResponseHeaderTimeout is set only when the pod's annotation is.
+	EnvResponseHeaderTimeout = "EBB_RESPONSE_HEADER_TIMEOUT"
+	EnvPodName               = "POD_NAME"
+	EnvPodNamespace          = "POD_NAMESPACE"
+	EnvPodIP                 = "POD_IP"
 )
 
 // Config is what the webhook was started with: the instance's names and how
@@ -136,7 +138,11 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 		warnings = append(warnings, fmt.Sprintf("terminationGracePeriodSeconds (%ds) is not longer than the sidecar's drain timeout (%s): requests may be cut off on shutdown", *g, drain))
 	}
 
-	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecar(cfg, dataPortName, app.Port, drain))
+	sc := sidecar(cfg, dataPortName, app.Port, drain)
+	if app.ResponseHeaderTimeout > 0 {
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvResponseHeaderTimeout, Value: app.ResponseHeaderTimeout.String()})
+	}
+	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}

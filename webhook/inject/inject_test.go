@@ -202,6 +202,15 @@ func TestInject(t *testing.T) {
 			p.Spec.InitContainers[0].Env[3].Value = "0s"
 		}),
 	}, {
+		name: "response header timeout annotation",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/response-header-timeout"] = "90s"
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/response-header-timeout"] = "90s"
+			p.Spec.InitContainers[0].Env = append(p.Spec.InitContainers[0].Env, corev1.EnvVar{Name: "EBB_RESPONSE_HEADER_TIMEOUT", Value: "1m30s"})
+		}),
+	}, {
 		name: "configured image, ports and suffix",
 		pod: appPod(func(p *corev1.Pod) {
 			p.Labels = map[string]string{"team1.example.com/app": "hello"}
@@ -315,10 +324,11 @@ func TestInjectRefuses(t *testing.T) {
 			p.Annotations["ebb.dev/queue-size"] = "-1"
 			p.Annotations["ebb.dev/cold-start-timeout"] = "forever"
 			p.Annotations["ebb.dev/drain-timeout"] = "1h"
+			p.Annotations["ebb.dev/response-header-timeout"] = "0s"
 			p.Annotations["ebb.dev/service"] = "Web_Svc"
 		}),
 		want: []string{`label ebb.dev/app="Hello"`, `annotation ebb.dev/paths="api"`, `annotation ebb.dev/queue-size="-1"`,
-			`annotation ebb.dev/cold-start-timeout="forever"`, `annotation ebb.dev/drain-timeout="1h"`, `annotation ebb.dev/service="Web_Svc"`},
+			`annotation ebb.dev/cold-start-timeout="forever"`, `annotation ebb.dev/drain-timeout="1h"`, `annotation ebb.dev/response-header-timeout="0s"`, `annotation ebb.dev/service="Web_Svc"`},
 	}, {
 		name: "host network",
 		pod:  appPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
