@@ -1,20 +1,21 @@
 package sidecar
 
 import (
+	"context"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
 )
-
-// readyFor is how long a successful readiness dial is trusted.
-const readyFor = time.Second
 
 var (
 	statsContentType = []string{stats.ContentType}
@@ -35,12 +36,12 @@ func (p *proxy) adminHandler(bootID uint64) http.Handler {
 		*bp = b
 		statsBufs.Put(bp)
 	})
-	mux.HandleFunc("GET "+stats.ReadyPath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+stats.ReadyPath, func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case p.draining.Load():
 			http.Error(w, "draining", http.StatusServiceUnavailable)
-		case !p.appAnswers():
-			http.Error(w, "the app is not answering on its port ("+p.opts.Upstream+")", http.StatusServiceUnavailable)
+		case !p.app.ready.Load() && !p.app.check(r.Context()):
+			http.Error(w, p.app.why(), http.StatusServiceUnavailable)
 		default:
 			w.Write([]byte("ready\n"))
 		}
@@ -63,19 +64,71 @@ func (p *proxy) adminHandler(bootID uint64) http.Handler {
 	return mux
 }
 
-// appAnswers reports whether the app accepts connections on its port.
-func (p *proxy) appAnswers() bool {
-	now := time.Now()
-	if now.UnixNano()-p.readyAt.Load() < int64(readyFor) {
-		return true
+// appState tracks whether the app is ready by its own readiness check
+// (the app container's readiness probe, handed over by the webhook), or by
+// its port accepting connections when it has none.
+type appState struct {
+	r     *readiness.Runner
+	ready atomic.Bool
+
+	mu                  sync.Mutex // one check at a time
+	successes, failures int
+	lastErr             string
+}
+
+func newAppState(opts Options) *appState {
+	c := readiness.Check{PeriodSeconds: 1, FailureThreshold: 1}
+	if opts.AppReadiness != "" {
+		c, _ = readiness.Parse(opts.AppReadiness) // validated with the options
+	} else {
+		host, port, _ := net.SplitHostPort(opts.Upstream)
+		n, _ := strconv.Atoi(port)
+		c.TCP = &readiness.TCPSocket{Host: host, Port: int32(n)}
 	}
-	c, err := net.DialTimeout("tcp", p.opts.Upstream, 500*time.Millisecond)
-	if err != nil {
-		return false
+	return &appState{r: readiness.NewRunner(c)}
+}
+
+// check runs the readiness check once and applies its thresholds; it
+// reports whether the app is ready now.
+func (a *appState) check(ctx context.Context) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.r.Check()
+	if err := a.r.Run(ctx); err != nil {
+		a.successes, a.failures, a.lastErr = 0, a.failures+1, err.Error()
+		if a.failures >= c.Failures() || !a.ready.Load() {
+			a.ready.Store(false)
+		}
+	} else {
+		a.successes, a.failures, a.lastErr = a.successes+1, 0, ""
+		if a.successes >= c.Successes() {
+			a.ready.Store(true)
+		}
 	}
-	c.Close()
-	p.readyAt.Store(now.UnixNano())
-	return true
+	return a.ready.Load()
+}
+
+// why says why the app is not ready.
+func (a *appState) why() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return "the app is not ready: " + a.r.Check().Describe() + ": " + a.lastErr
+}
+
+// watch checks the app every readiness.NotReadyPeriod while it is not
+// ready and every period of its probe once it is, until ctx ends.
+func (a *appState) watch(ctx context.Context) {
+	for {
+		d := readiness.NotReadyPeriod
+		if a.check(ctx) {
+			d = a.r.Check().Period()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
 }
 
 // registry holds the sidecar's metrics; the counters are read from the

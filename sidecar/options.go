@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
 )
 
@@ -38,6 +39,10 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// MaxHeaderBytes is the largest request head accepted; larger gets 431.
 	MaxHeaderBytes int
+	// AppReadiness is the app's own readiness check (readiness.Check in its
+	// JSON form, from the app container's readiness probe); empty: the app
+	// is ready when its port accepts connections.
+	AppReadiness string
 	// Counting turns the request counters on (the default) or off.
 	Counting bool
 	// LogLevel is debug, info, warn or error.
@@ -132,6 +137,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	dur(&o.IdleTimeout, "idle-timeout", "EBB_IDLE_TIMEOUT", "idle keep-alive timeout and stalled body timeout")
 	dur(&o.ResponseHeaderTimeout, "response-header-timeout", "EBB_RESPONSE_HEADER_TIMEOUT", "longest wait for the app's response head (504 after it; 0: no limit)")
 	integer(&o.MaxHeaderBytes, "max-header-bytes", "EBB_MAX_HEADER_BYTES", "largest request head accepted (431 above)")
+	str(&o.AppReadiness, "app-readiness", "EBB_APP_READINESS", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
 	boolean(&o.Counting, "counting", "EBB_COUNTING", "count requests (turn off only to benchmark)")
 	str(&o.LogLevel, "log-level", "EBB_LOG_LEVEL", "debug, info, warn or error")
 	str(&o.LogFormat, "log-format", "EBB_LOG_FORMAT", "json or text")
@@ -197,6 +203,11 @@ func (o Options) Validate() error {
 	}
 	if o.MaxHeaderBytes < 1<<10 || o.MaxHeaderBytes > 1<<20 {
 		problems = append(problems, fmt.Errorf("--max-header-bytes %d: must be between 1024 and 1048576", o.MaxHeaderBytes))
+	}
+	if o.AppReadiness != "" {
+		if _, err := readiness.Parse(o.AppReadiness); err != nil {
+			problems = append(problems, fmt.Errorf("--app-readiness: %w", err))
+		}
 	}
 	switch o.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -30,7 +30,7 @@ type proxy struct {
 	upstreamErrors atomic.Uint64
 	draining       atomic.Bool  // not ready: SIGTERM came
 	quietFrom      atomic.Int64 // unix nanos: when closing began, or the last request since
-	readyAt        atomic.Int64 // unix nanos of the last successful readiness dial
+	app            *appState
 }
 
 func newProxy(opts Options, log logr.Logger) *proxy {
@@ -39,6 +39,7 @@ func newProxy(opts Options, log logr.Logger) *proxy {
 		log:  log,
 		cnt:  &counters{on: opts.Counting},
 		up:   h1.NewUpstream(opts.Upstream),
+		app:  newAppState(opts),
 	}
 	p.h2 = newH2CServer(p)
 	p.srv = h1.NewServer(h1.Options{

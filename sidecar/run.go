@@ -107,6 +107,9 @@ func (s *server) run(ctx context.Context) error {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	}()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go s.p.app.watch(watchCtx)
 	janitor := time.NewTicker(h1.UpstreamIdleTimeout / 3)
 	defer janitor.Stop()
 	s.log.Info("serving", "listen", s.ln.Addr().String(), "upstream", s.opts.Upstream,

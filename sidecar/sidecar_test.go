@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
 )
 
@@ -729,5 +732,61 @@ func TestStreamOutlivesIdleTimeout(t *testing.T) {
 	code, body := get(t, http.DefaultClient, "http://"+r.addr+"/sse?n=5&interval=150ms")
 	if code != 200 || strings.Count(body, "data: ") != 5 {
 		t.Errorf("long stream: %d %q", code, body)
+	}
+}
+
+// TestReadyFollowsTheAppsReadinessCheck: with the app's readiness probe
+// handed over (--app-readiness), /ready says 200 only while the app's own
+// check passes, not as soon as its port accepts; the checks reach the app
+// directly and are never counted.
+func TestReadyFollowsTheAppsReadinessCheck(t *testing.T) {
+	var ready atomic.Bool
+	var checks atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			checks.Add(1)
+			if r.Header.Get("X-Probe") != "yes" || !ready.Load() {
+				http.Error(w, "warming caches", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		io.WriteString(w, "ok\n")
+	})}
+	go app.Serve(ln)
+	t.Cleanup(func() { app.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	o := testOptions(ln.Addr().String())
+	o.AppReadiness = readiness.Check{HTTP: &readiness.HTTPGet{Port: int32(port), Path: "/healthz", Headers: []readiness.Header{{Name: "X-Probe", Value: "yes"}}}, FailureThreshold: 1}.String()
+	r := startSidecar(t, o)
+
+	code, body := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
+	if want := "the app is not ready: GET http://127.0.0.1:" + strconv.Itoa(port) + "/healthz: answered 503 Service Unavailable\n"; code != 503 || body != want {
+		t.Errorf("/ready while the app warms up: %d %q, want 503 %q", code, body, want)
+	}
+	// The port answers meanwhile: requests go through, as Kubernetes would
+	// not send them but a client on the pod IP might.
+	if code, _ := get(t, http.DefaultClient, "http://"+r.addr+"/"); code != 200 {
+		t.Errorf("request while not ready: %d", code)
+	}
+	ready.Store(true)
+	start := time.Now()
+	waitFor(t, "ready", func() bool {
+		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
+		return code == 200
+	})
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("ready %v after the app's check passed, want well under a second", took)
+	}
+	ready.Store(false)
+	waitFor(t, "not ready again", func() bool {
+		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
+		return code == 503
+	})
+	if got := readStats(t, r).Total; got != 1 {
+		t.Errorf("total = %d after %d readiness checks, want 1: checks are not counted", got, checks.Load())
 	}
 }

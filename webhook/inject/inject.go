@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
 )
 
@@ -36,9 +37,13 @@ const (
 	EnvDrainTimeout = "EBB_DRAIN_TIMEOUT"
 	// EnvResponseHeaderTimeout is set only when the pod's annotation is.
 	EnvResponseHeaderTimeout = "EBB_RESPONSE_HEADER_TIMEOUT"
-	EnvPodName               = "POD_NAME"
-	EnvPodNamespace          = "POD_NAMESPACE"
-	EnvPodIP                 = "POD_IP"
+	// EnvAppReadiness carries the app container's readiness probe to the
+	// sidecar (readiness.Check as JSON), set only when it has one the
+	// sidecar can run.
+	EnvAppReadiness = "EBB_APP_READINESS"
+	EnvPodName      = "POD_NAME"
+	EnvPodNamespace = "POD_NAMESPACE"
+	EnvPodIP        = "POD_IP"
 )
 
 // Config is what the webhook was started with: the instance's names and how
@@ -139,6 +144,19 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 	}
 
 	sc := sidecar(cfg, dataPortName, app.Port, drain)
+	for i := range out.Spec.Containers {
+		c := &out.Spec.Containers[i]
+		if c.Name != app.Container || c.ReadinessProbe == nil {
+			continue
+		}
+		check, warning := appReadiness(c)
+		if warning != "" {
+			warnings = append(warnings, warning)
+		}
+		if check != nil {
+			sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvAppReadiness, Value: check.String()})
+		}
+	}
 	if app.ResponseHeaderTimeout > 0 {
 		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvResponseHeaderTimeout, Value: app.ResponseHeaderTimeout.String()})
 	}
@@ -176,6 +194,62 @@ func portNameUsed(spec *corev1.PodSpec, name string) bool {
 		}
 	}
 	return false
+}
+
+// appReadiness turns the app container's readiness probe (its app port
+// already rewritten to a number) into the check the sidecar runs before it
+// calls the pod ready for held requests. An exec or gRPC probe cannot be
+// run by the sidecar: it gets nil and a warning saying what that means.
+func appReadiness(c *corev1.Container) (*readiness.Check, string) {
+	p := c.ReadinessProbe
+	check := &readiness.Check{
+		TimeoutSeconds: p.TimeoutSeconds, PeriodSeconds: p.PeriodSeconds,
+		SuccessThreshold: p.SuccessThreshold, FailureThreshold: p.FailureThreshold,
+	}
+	port := func(v intstr.IntOrString) (int32, bool) {
+		if v.Type == intstr.Int {
+			return v.IntVal, v.IntVal > 0 && v.IntVal < 65536
+		}
+		for _, cp := range c.Ports {
+			if cp.Name == v.StrVal {
+				return cp.ContainerPort, true
+			}
+		}
+		return 0, false
+	}
+	cannot := func(kind string) (*readiness.Check, string) {
+		return nil, fmt.Sprintf("container %q has %s readiness probe, which ebb's sidecar cannot run: a request held while the app is at zero is released as soon as the app's port accepts connections, possibly before this probe passes; an httpGet or tcpSocket readiness probe is honoured", c.Name, kind)
+	}
+	switch h := p.ProbeHandler; {
+	case h.HTTPGet != nil:
+		n, ok := port(h.HTTPGet.Port)
+		if !ok {
+			return cannot("an httpGet (its port " + h.HTTPGet.Port.String() + " is not declared)")
+		}
+		check.HTTP = &readiness.HTTPGet{Scheme: string(h.HTTPGet.Scheme), Host: h.HTTPGet.Host, Port: n, Path: h.HTTPGet.Path}
+		if check.HTTP.Path == "" {
+			check.HTTP.Path = "/"
+		}
+		for _, hd := range h.HTTPGet.HTTPHeaders {
+			check.HTTP.Headers = append(check.HTTP.Headers, readiness.Header{Name: hd.Name, Value: hd.Value})
+		}
+	case h.TCPSocket != nil:
+		n, ok := port(h.TCPSocket.Port)
+		if !ok {
+			return cannot("a tcpSocket (its port " + h.TCPSocket.Port.String() + " is not declared)")
+		}
+		check.TCP = &readiness.TCPSocket{Host: h.TCPSocket.Host, Port: n}
+	case h.Exec != nil:
+		return cannot("an exec")
+	case h.GRPC != nil:
+		return cannot("a gRPC")
+	default:
+		return nil, ""
+	}
+	if err := check.Validate(); err != nil {
+		return cannot("a malformed (" + err.Error() + ")")
+	}
+	return check, ""
 }
 
 // rewriteProbes points every kubelet probe and lifecycle hook of c that used

@@ -83,12 +83,23 @@ func injected(mods ...func(*corev1.Pod)) *corev1.Pod {
 	p.Annotations["ebb.dev/sidecar"] = "ghcr.io/ebb-dev/ebb-sidecar:v1.2.3"
 	p.Spec.Containers[0].Ports[0].Name = "ebb-app"
 	p.Spec.Containers[0].ReadinessProbe.HTTPGet.Port = intstr.FromInt32(8080)
-	p.Spec.InitContainers = []corev1.Container{wantSidecar()}
+	// The app's readiness probe, handed to the sidecar.
+	p.Spec.InitContainers = []corev1.Container{wantSidecar(withAppReadiness(`{"http":{"port":8080,"path":"/healthz"}}`))}
 	p.Spec.Containers[0].Lifecycle = wantPreStop(8022)
 	for _, m := range mods {
 		m(p)
 	}
 	return p
+}
+
+// withAppReadiness adds the app's readiness check to the sidecar's env
+// (none with an empty check).
+func withAppReadiness(check string) func(*corev1.Container) {
+	return func(c *corev1.Container) {
+		if check != "" {
+			c.Env = append(c.Env, corev1.EnvVar{Name: "EBB_APP_READINESS", Value: check})
+		}
+	}
 }
 
 // wantPreStop is the hook Inject gives the app container.
@@ -164,6 +175,7 @@ func TestInject(t *testing.T) {
 		want: injected(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports[0].Name = ""
 			p.Spec.Containers[0].ReadinessProbe = nil
+			p.Spec.InitContainers = []corev1.Container{wantSidecar()}
 		}),
 		wantWarnings: []string{"the app port 8080 has no name: a Service reaches the sidecar only with targetPort: http (a targetPort by number bypasses it and ebb cannot count requests)"},
 	}, {
@@ -174,7 +186,7 @@ func TestInject(t *testing.T) {
 			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &root}
 		}),
 		want: injected(func(p *corev1.Pod) {
-			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "migrate:1"}, wantSidecar()}
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "migrate:1"}, wantSidecar(withAppReadiness(`{"http":{"port":8080,"path":"/healthz"}}`))}
 			root := int64(0)
 			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &root}
 		}),
@@ -201,6 +213,44 @@ func TestInject(t *testing.T) {
 			p.Annotations["ebb.dev/drain-timeout"] = "0s"
 			p.Spec.InitContainers[0].Env[3].Value = "0s"
 		}),
+	}, {
+		name: "readiness probes the sidecar runs: tcpSocket on a named port, with its timing",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("http")}},
+				TimeoutSeconds: 2, PeriodSeconds: 5, SuccessThreshold: 2, FailureThreshold: 4}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}},
+				TimeoutSeconds: 2, PeriodSeconds: 5, SuccessThreshold: 2, FailureThreshold: 4}
+			p.Spec.InitContainers = []corev1.Container{wantSidecar(withAppReadiness(`{"tcp":{"port":8080},"timeoutSeconds":2,"periodSeconds":5,"successThreshold":2,"failureThreshold":4}`))}
+		}),
+	}, {
+		name: "readiness probe on another port, HTTPS, with headers",
+		pod: appPod(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.Ports = append(c.Ports, corev1.ContainerPort{Name: "admin", ContainerPort: 9090, Protocol: corev1.ProtocolTCP})
+			c.ReadinessProbe.HTTPGet = &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("admin"), Scheme: corev1.URISchemeHTTPS,
+				HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Probe", Value: "1"}}}
+			p.Annotations["ebb.dev/port"] = "http"
+		}),
+		want: injected(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.Ports = append(c.Ports, corev1.ContainerPort{Name: "admin", ContainerPort: 9090, Protocol: corev1.ProtocolTCP})
+			c.ReadinessProbe.HTTPGet = &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("admin"), Scheme: corev1.URISchemeHTTPS,
+				HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Probe", Value: "1"}}}
+			p.Annotations["ebb.dev/port"] = "http"
+			p.Spec.InitContainers = []corev1.Container{wantSidecar(withAppReadiness(`{"http":{"scheme":"HTTPS","port":9090,"path":"/ready","headers":[{"name":"X-Probe","value":"1"}]}}`))}
+		}),
+	}, {
+		name: "exec readiness probe: not run by the sidecar, with a warning",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"ready"}}}}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"ready"}}}}
+			p.Spec.InitContainers = []corev1.Container{wantSidecar()}
+		}),
+		wantWarnings: []string{`container "app" has an exec readiness probe, which ebb's sidecar cannot run: a request held while the app is at zero is released as soon as the app's port accepts connections, possibly before this probe passes; an httpGet or tcpSocket readiness probe is honoured`},
 	}, {
 		name: "response header timeout annotation",
 		pod: appPod(func(p *corev1.Pod) {
