@@ -16,10 +16,11 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 )
 
-// A replica deletes the activators' Lease only when the deleted pod is the
-// Lease's holder and not itself; a tombstone counts as a deleted pod. Run
-// against a real kube-apiserver (envtest, KUBEBUILDER_ASSETS).
-func TestReleaseIfHolderGone(t *testing.T) {
+// A replica deletes the activators' Lease only when the pod of the Lease's
+// holder, not itself, is deleted or not Ready (its process crashed or
+// hangs), and then campaigns again at once; a tombstone counts as a deleted
+// pod. Run against a real kube-apiserver (envtest, KUBEBUILDER_ASSETS).
+func TestReleaseIfHolderCannotServe(t *testing.T) {
 	names, err := groupsuffix.New("ebb.dev")
 	if err != nil {
 		t.Fatal(err)
@@ -38,19 +39,28 @@ func TestReleaseIfHolderGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := Options{PodName: "act-b", PodNamespace: "ebb-system"}
-	pod := func(name string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ebb-system"}}
+	pod := func(name string, ready bool) *corev1.Pod {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ebb-system"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
 	}
 	for name, tc := range map[string]struct {
 		holder  string
-		deleted any
+		obj     any
+		deleted bool
 		gone    bool
 	}{
-		"the holder's pod is deleted":    {holder: "act-a", deleted: pod("act-a"), gone: true},
-		"a tombstone of the holder":      {holder: "act-a", deleted: cache.DeletedFinalStateUnknown{Key: "ebb-system/act-a", Obj: pod("act-a")}, gone: true},
-		"another pod is deleted":         {holder: "act-a", deleted: pod("act-c")},
-		"its own pod (it is the holder)": {holder: "act-b", deleted: pod("act-b")},
-		"not a pod":                      {holder: "act-a", deleted: "act-a"},
+		"the holder's pod is deleted":            {holder: "act-a", obj: pod("act-a", true), deleted: true, gone: true},
+		"a tombstone of the holder":              {holder: "act-a", obj: cache.DeletedFinalStateUnknown{Key: "ebb-system/act-a", Obj: pod("act-a", true)}, gone: true},
+		"the holder's pod turns not ready":       {holder: "act-a", obj: pod("act-a", false), gone: true},
+		"the holder's pod is ready":              {holder: "act-a", obj: pod("act-a", true)},
+		"another pod is deleted":                 {holder: "act-a", obj: pod("act-c", true), deleted: true},
+		"another pod turns not ready":            {holder: "act-a", obj: pod("act-c", false)},
+		"its own pod (it is the holder) deleted": {holder: "act-b", obj: pod("act-b", false), deleted: true},
+		"not a pod":                              {holder: "act-a", obj: "act-a", deleted: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			lease := &coordinationv1.Lease{
@@ -62,10 +72,14 @@ func TestReleaseIfHolderGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer leases.Delete(t.Context(), lease.Name, metav1.DeleteOptions{})
-			releaseIfHolderGone(t.Context(), kube, opts, names, logr.Discard(), tc.deleted)
+			l := &leadership{kube: kube, opts: opts, names: names, log: logr.Discard(), retry: make(chan struct{}, 1)}
+			l.releaseIfHolderCannotServe(t.Context(), tc.obj, tc.deleted)
 			_, err := leases.Get(t.Context(), lease.Name, metav1.GetOptions{})
 			if gone := apierrors.IsNotFound(err); gone != tc.gone || (err != nil && !gone) {
 				t.Fatalf("Lease deleted = %v (err %v), want %v", gone, err, tc.gone)
+			}
+			if retry := len(l.retry) == 1; retry != tc.gone {
+				t.Errorf("campaign again at once = %v, want %v", retry, tc.gone)
 			}
 		})
 	}

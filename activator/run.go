@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -157,12 +158,15 @@ func Run(ctx context.Context, opts Options) error {
 	go func() { serveErr <- serve(admin, adminLn, "admin") }()
 
 	if opts.LeaderElection {
-		if _, err := activators.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
-			releaseIfHolderGone(runCtx, kube, opts, names, log, obj)
-		}}); err != nil {
+		l := &leadership{kube: kube, opts: opts, names: names, log: log, activators: activators, retry: make(chan struct{}, 1)}
+		if _, err := activators.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { l.releaseIfHolderCannotServe(runCtx, obj, false) },
+			UpdateFunc: func(_, obj any) { l.releaseIfHolderCannotServe(runCtx, obj, false) },
+			DeleteFunc: func(obj any) { l.releaseIfHolderCannotServe(runCtx, obj, true) },
+		}); err != nil {
 			return fmt.Errorf("watch activator pods: %w", err)
 		}
-		wg.Go(func() { lead(runCtx, kube, opts, names, log, ho, prop) })
+		wg.Go(func() { l.run(runCtx, ho, prop) })
 	} else {
 		wg.Go(func() { ho.run(runCtx) })
 		wg.Go(func() { prop.run(runCtx) })
@@ -199,66 +203,151 @@ func serve(s *http.Server, ln net.Listener, what string) error {
 	return nil
 }
 
-// lead runs the hand-off and propagation controllers while this replica
-// holds the instance's Lease, and campaigns again when it loses it.
-func lead(ctx context.Context, kube kubernetes.Interface, opts Options, names groupsuffix.Names, log logr.Logger, ho *handoff, prop *propagation) {
+// leadership elects the replica that writes the hand-off slices and the
+// Propagated conditions: one writer at a time, always a replica that can
+// serve. A replica campaigns only while its own pod is Ready and steps down
+// when it is not; any replica releases the Lease of a holder whose pod is
+// gone or not Ready (its process crashed or hangs: the kubelet says so), and
+// the others campaign again at once, so a new holder drops the old one from
+// every hand-off slice within a few API round trips of the kubelet's report
+// instead of a lease duration.
+type leadership struct {
+	kube       kubernetes.Interface
+	opts       Options
+	names      groupsuffix.Names
+	log        logr.Logger
+	activators cache.SharedIndexInformer
+	retry      chan struct{} // a holder was released: campaign again now
+	leading    atomic.Bool
+}
+
+// readyPoll is how often a replica looks at its own pod's readiness (in its
+// informer's cache) while it waits to campaign or leads.
+const readyPoll = 100 * time.Millisecond
+
+// run campaigns while the replica is ready, runs the hand-off and
+// propagation controllers while it holds the Lease, until ctx ends.
+func (l *leadership) run(ctx context.Context, ho *handoff, prop *propagation) {
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: opts.PodNamespace, Name: names.ClusterScopedName("activator")},
-		Client:     kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: opts.PodName},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: l.opts.PodNamespace, Name: l.names.ClusterScopedName("activator")},
+		Client:     l.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: l.opts.PodName},
 	}
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
 	for ctx.Err() == nil {
+		if !l.selfReady() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			continue
+		}
+		campaign, stop := context.WithCancel(ctx)
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-			ReleaseOnCancel: true, Name: names.ClusterScopedName("activator"),
+			ReleaseOnCancel: true, Name: l.names.ClusterScopedName("activator"),
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
-					log.Info("elected: running the endpoint hand-off and propagation controllers")
+					l.leading.Store(true)
+					l.log.Info("elected: running the endpoint hand-off and propagation controllers")
 					var wg sync.WaitGroup
 					wg.Go(func() { ho.run(ctx) })
 					wg.Go(func() { prop.run(ctx) })
 					wg.Wait()
 				},
-				OnStoppedLeading: func() { log.Info("no longer the elected replica") },
+				OnStoppedLeading: func() {
+					l.leading.Store(false)
+					l.log.Info("no longer the elected replica")
+				},
 			},
 		})
 		if err != nil {
-			log.Error(err, "leader election misconfigured; hand-off and propagation stay off")
+			stop()
+			l.log.Error(err, "leader election misconfigured; hand-off and propagation stay off")
 			return
 		}
-		le.Run(ctx)
+		go func() {
+			defer stop()
+			for {
+				select {
+				case <-campaign.Done():
+					return
+				case <-l.retry:
+					if !l.leading.Load() {
+						return // campaign again now: the holder was released
+					}
+				case <-tick.C:
+					if !l.selfReady() {
+						if l.leading.Load() {
+							l.log.Info("this replica is not ready: stepping down")
+						}
+						return
+					}
+				}
+			}
+		}()
+		le.Run(campaign)
+		stop()
 	}
 }
 
-// releaseIfHolderGone deletes the instance's Lease when the pod that holds
-// it is deleted without stopping gracefully (a force delete, a lost node):
-// the other replicas then take the hand-off over within a retry period
-// instead of waiting the lease out, while its slices still name the gone
-// pod. A holder that stops gracefully releases the Lease itself.
-func releaseIfHolderGone(ctx context.Context, kube kubernetes.Interface, opts Options, names groupsuffix.Names, log logr.Logger, obj any) {
+// selfReady reports whether this replica's pod is Ready; a replica that
+// does not find its pod (not run in one) counts as ready.
+func (l *leadership) selfReady() bool {
+	o, ok, _ := l.activators.GetStore().GetByKey(l.opts.PodNamespace + "/" + l.opts.PodName)
+	if !ok {
+		return true
+	}
+	p, ok := o.(*corev1.Pod)
+	return ok && podReady(p) && p.DeletionTimestamp == nil
+}
+
+// releaseIfHolderCannotServe deletes the instance's Lease when obj is the
+// pod of its holder, not this replica, and that pod is deleted or not
+// Ready; then it makes this replica campaign again at once. A holder that
+// stops gracefully releases the Lease itself.
+func (l *leadership) releaseIfHolderCannotServe(ctx context.Context, obj any, deleted bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+		obj, deleted = d.Obj, true
 	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Name == opts.PodName {
+	if !ok || pod.Name == l.opts.PodName || (!deleted && podReady(pod) && pod.DeletionTimestamp == nil) {
 		return
 	}
+	why := "its pod is gone"
+	if !deleted {
+		why = "its pod is not ready"
+	}
+	if releaseLeaseOf(ctx, l.kube, l.opts, l.names, l.log, pod.Name, why) {
+		select {
+		case l.retry <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// releaseLeaseOf deletes the instance's Lease if holder holds it; it
+// reports whether it did.
+func releaseLeaseOf(ctx context.Context, kube kubernetes.Interface, opts Options, names groupsuffix.Names, log logr.Logger, holder, why string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	leases := kube.CoordinationV1().Leases(opts.PodNamespace)
 	name := names.ClusterScopedName("activator")
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != pod.Name {
-		return
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != holder {
+		return false
 	}
 	rv := lease.ResourceVersion
 	if err := leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}); err != nil {
 		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			log.Error(err, "release the Lease of a gone holder", "holder", pod.Name)
+			log.Error(err, "release the Lease of a holder that cannot serve", "holder", holder)
 		}
-		return
+		return false
 	}
-	log.Info("released the Lease of a holder whose pod is gone", "holder", pod.Name)
+	log.Info("released the Lease of a holder that cannot serve", "holder", holder, "why", why)
+	return true
 }
 
 func adminHandler(reg *prometheus.Registry, dp *DataPlane, src *sources, pod string, draining <-chan struct{}) http.Handler {
