@@ -30,6 +30,7 @@ type config struct {
 	startupDelay time.Duration
 	delay        time.Duration
 	readyPath    string
+	readyAfter   time.Duration
 	name         string
 }
 
@@ -57,10 +58,11 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	dur(&c.startupDelay, "startup-delay", "STARTUP_DELAY", "wait this long before binding the port")
 	dur(&c.delay, "delay", "DELAY", "added to every request")
 	str(&c.readyPath, "ready-path", "READY_PATH", "path that answers 200 once serving")
+	dur(&c.readyAfter, "ready-after", "READY_AFTER", "the ready path answers 503 for this long after the port is bound (an app warming up behind its readiness probe; every response then says X-App-Ready)")
 	if err := fs.Parse(args); err != nil {
 		problems = append(problems, err)
 	}
-	if c.startupDelay < 0 || c.delay < 0 {
+	if c.startupDelay < 0 || c.delay < 0 || c.readyAfter < 0 {
 		problems = append(problems, errors.New("delays must not be negative"))
 	}
 	if !strings.HasPrefix(c.readyPath, "/") {
@@ -138,6 +140,8 @@ var (
 func newHandler(cfg config) http.Handler {
 	hello := []byte("hello from " + cfg.name + "\n")
 	helloLen := []string{strconv.Itoa(len(hello))}
+	readyAt := time.Now().Add(cfg.readyAfter)
+	yes, no := []string{"true"}, []string{"false"}
 
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -149,6 +153,18 @@ func newHandler(cfg config) http.Handler {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			gs.ServeHTTP(w, r)
 			return
+		}
+		if cfg.readyAfter > 0 {
+			ready := !time.Now().Before(readyAt)
+			if ready {
+				w.Header()["X-App-Ready"] = yes
+			} else {
+				w.Header()["X-App-Ready"] = no
+			}
+			if r.URL.Path == cfg.readyPath && !ready {
+				http.Error(w, "warming up", http.StatusServiceUnavailable)
+				return
+			}
 		}
 		if cfg.delay > 0 {
 			time.Sleep(cfg.delay)
