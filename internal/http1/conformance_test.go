@@ -620,3 +620,21 @@ func TestInformationalResponses(t *testing.T) {
 		t.Error("HTTP/1.0 connection not closed")
 	}
 }
+
+// TestPipelinedThenHalfClosedIsServed: a client that sends two requests at
+// once and half-closes its connection is still there for both answers
+// (only a client with nothing left to say that closes is gone).
+func TestPipelinedThenHalfClosedIsServed(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		if req.URL.Path == "/slow" {
+			time.Sleep(3 * clientCheck)
+		}
+		echoPath(c, req)
+	})
+	e := startEngine(t, app.addr, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\n")
+	cl.c.(*net.TCPConn).CloseWrite()
+	got, _ := cl.rest(3 * time.Second)
+	wantEq(t, "both responses", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nGET /slowHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nGET /b", got)
+}

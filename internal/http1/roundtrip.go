@@ -201,10 +201,17 @@ func isResetErr(err error) bool {
 // request body is sent, Options.ResponseHeaderTimeout runs. It leaves a
 // read deadline on uc that pump renews.
 func (cc *Conn) awaitResponse(uc *upConn) error {
-	if uc.br.Buffered() > 0 {
+	var deadline time.Time
+	if uc.br.Buffered() > 0 { // after a 1xx
+		if !headBuffered(uc.br) {
+			if t := cc.o.ResponseHeaderTimeout; t > 0 {
+				deadline = time.Now().Add(t)
+			}
+			uc.c.SetReadDeadline(deadline)
+			cc.farDeadline = true
+		}
 		return nil
 	}
-	var deadline time.Time
 	now := cc.now
 	for {
 		if deadline.IsZero() && cc.o.ResponseHeaderTimeout > 0 && cc.bodyFinished() {
@@ -233,10 +240,20 @@ func (cc *Conn) awaitResponse(uc *upConn) error {
 		if !deadline.IsZero() && !now.Before(deadline) {
 			return &ResponseTimeoutError{After: cc.o.ResponseHeaderTimeout}
 		}
-		if cc.bodyFinished() && clientGone(cc.c) {
+		if cc.clientGone() {
 			return errClientGone
 		}
 	}
+}
+
+// clientGone reports whether the client closed or reset its connection.
+// Not while its request body is still being read (that read sees it), nor
+// while a pipelined request of its waits in the buffer.
+func (cc *Conn) clientGone() bool {
+	if !cc.bodyFinished() || cc.br.Buffered() > 0 {
+		return false
+	}
+	return clientGone(cc.c)
 }
 
 // headBuffered reports whether a whole head is in br's buffer.
@@ -365,7 +382,7 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 				if !errors.Is(err, os.ErrDeadlineExceeded) {
 					return sent, err
 				}
-				if clientGone(cc.c) {
+				if cc.clientGone() {
 					return sent, errClientGone
 				}
 				uc.c.SetReadDeadline(time.Now().Add(clientCheck))
