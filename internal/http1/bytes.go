@@ -92,6 +92,26 @@ func eqFold(b []byte, lower string) bool {
 	return true
 }
 
+// eqFoldDash is eqFold reading '_' in b as '-'.
+func eqFoldDash(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		case c == '_':
+			c = '-'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // tokens calls fn for each non-empty element of a comma-separated list
 // (Connection, Transfer-Encoding), trimmed of white space.
 func tokens(v []byte, fn func(tok []byte)) {

@@ -638,3 +638,235 @@ func TestPipelinedThenHalfClosedIsServed(t *testing.T) {
 	got, _ := cl.rest(3 * time.Second)
 	wantEq(t, "both responses", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nGET /slowHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nGET /b", got)
 }
+
+// rawConnApp runs fn on every connection to a new listener; its
+// connections close when the test ends (fn must return by then).
+func rawConnApp(t *testing.T, fn func(c net.Conn, done <-chan struct{})) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() { fn(c, done) })
+		}
+	})
+	t.Cleanup(func() {
+		close(done)
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// skipRequestHead reads one request head.
+func skipRequestHead(br *bufio.Reader) error {
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if l == "\r\n" {
+			return nil
+		}
+	}
+}
+
+// TestAppAnsweringBeforeTheBodyLosesItsConnection: an app that answers
+// before it read the request body (and would read that body as its next
+// request: the "CL.0" class) cannot hand another client the answer to a
+// request hidden in the first one's body: the connection is not reused.
+func TestAppAnsweringBeforeTheBodyLosesItsConnection(t *testing.T) {
+	app := rawConnApp(t, func(c net.Conn, _ <-chan struct{}) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/static" { // ignores the body
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstatic")
+				continue
+			}
+			io.Copy(io.Discard, req.Body)
+			if req.URL.Path == "/slow-secret" {
+				time.Sleep(300 * time.Millisecond)
+			}
+			body := "for " + req.URL.Path
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+itoa(len(body))+"\r\n\r\n"+body)
+		}
+	})
+	e := startEngine(t, app, testEngineOptions())
+	smuggled := "GET /slow-secret HTTP/1.1\r\nHost: a\r\n\r\n"
+	a := dial(t, e.addr)
+	a.send("POST /static HTTP/1.1\r\nHost: a\r\nContent-Length: " + itoa(len(smuggled)) + "\r\n\r\n")
+	time.Sleep(20 * time.Millisecond) // the body comes in a later segment: streamed
+	a.send(smuggled)
+	wantEq(t, "first client", "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstatic", a.response("POST"))
+	time.Sleep(50 * time.Millisecond)
+	b := dial(t, e.addr)
+	b.send("GET /b HTTP/1.1\r\nHost: b\r\n\r\n")
+	wantEq(t, "second client", "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nfor /b", b.response("GET"))
+}
+
+// TestPartialResponseHeadStillChecksTheClient: with no response-header
+// timeout (the activator's setting), an app that sends a status line and
+// stalls: the client that goes away still ends the request.
+func TestPartialResponseHeadStillChecksTheClient(t *testing.T) {
+	app := rawConnApp(t, func(c net.Conn, done <-chan struct{}) {
+		skipRequestHead(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		<-done
+	})
+	e := startEngine(t, app, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	waitUntil(t, "request in flight", time.Second, func() bool { return e.h.inFlight.Load() == 1 })
+	time.Sleep(3 * clientCheck)
+	cl.c.Close()
+	waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
+	waitUntil(t, "client connection released", time.Second, func() bool { return e.srv.OpenConns() == 0 })
+}
+
+// TestPartialResponseHeadTimesOut: a head that starts but never ends gets
+// the 504 of the response-header timeout, counted from when the request
+// body was sent, also when the head began while the body was uploading.
+func TestPartialResponseHeadTimesOut(t *testing.T) {
+	app := rawConnApp(t, func(c net.Conn, done <-chan struct{}) {
+		br := bufio.NewReader(c)
+		skipRequestHead(br)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		io.Copy(io.Discard, br)
+	})
+	o := testEngineOptions()
+	o.ResponseHeaderTimeout = 500 * time.Millisecond
+	e := startEngine(t, app, o)
+	for _, streamed := range []bool{false, true} {
+		cl := dial(t, e.addr)
+		start := time.Now()
+		if streamed {
+			cl.send("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+			time.Sleep(200 * time.Millisecond)
+			cl.send("hello")
+		} else {
+			cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		}
+		got := cl.response("GET")
+		took := time.Since(start)
+		if !strings.HasPrefix(got, "HTTP/1.1 504 Gateway Timeout\r\n") || took < o.ResponseHeaderTimeout || took > 2*time.Second {
+			t.Errorf("streamed body %v: got %q after %v, want a 504 after about %v", streamed, got, took, o.ResponseHeaderTimeout)
+		}
+	}
+}
+
+// TestAppNotReadingTheBodyIsCut: an app that accepts a request but never
+// reads its body: the upload stalls and is cut after the idle timeout, and
+// Server.Close ends it at once.
+func TestAppNotReadingTheBodyIsCut(t *testing.T) {
+	app := rawConnApp(t, func(c net.Conn, done <-chan struct{}) { <-done })
+	o := testEngineOptions()
+	o.IdleTimeout = time.Second
+	e := startEngine(t, app, o)
+	for _, closeServer := range []bool{false, true} {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 268435456\r\n\r\n")
+		stop := make(chan struct{})
+		go func() {
+			buf := make([]byte, 1<<20)
+			for range 256 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		waitUntil(t, "request in flight", time.Second, func() bool { return e.h.inFlight.Load() == 1 })
+		start := time.Now()
+		if closeServer {
+			e.srv.Close()
+		} else {
+			c.Close()
+		}
+		waitUntil(t, "request out of flight", 3*o.IdleTimeout, func() bool { return e.h.inFlight.Load() == 0 })
+		t.Logf("close server %v: out of flight after %v", closeServer, time.Since(start).Round(time.Millisecond))
+		close(stop)
+		c.Close()
+	}
+}
+
+// TestStreamedBodyThenAppFailsIs502: the app takes the whole streamed body
+// and closes without an answer: the client gets a 502, as with a body sent
+// along with the head.
+func TestStreamedBodyThenAppFailsIs502(t *testing.T) {
+	app := rawConnApp(t, func(c net.Conn, _ <-chan struct{}) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err == nil {
+			io.Copy(io.Discard, req.Body)
+		}
+		c.Close()
+	})
+	e := startEngine(t, app, testEngineOptions())
+	for _, streamed := range []bool{false, true} {
+		cl := dial(t, e.addr)
+		if streamed {
+			cl.send("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+			time.Sleep(20 * time.Millisecond)
+			cl.send("hello")
+		} else {
+			cl.send("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
+		}
+		if got, _ := cl.rest(2 * time.Second); !strings.HasPrefix(got, "HTTP/1.1 502 Bad Gateway\r\n") {
+			t.Errorf("streamed %v: got %q, want a 502", streamed, got)
+		}
+	}
+}
+
+func TestLookAlikeFramingHeadersRefused(t *testing.T) {
+	app := startScriptApp(t, echoPath)
+	e := startEngine(t, app.addr, testEngineOptions())
+	for _, h := range []string{"Transfer_Encoding: chunked", "Content_Length: 5", "content_length: 5"} {
+		cl := dial(t, e.addr)
+		cl.send("POST / HTTP/1.1\r\nHost: a\r\n" + h + "\r\n\r\n0\r\n\r\n")
+		if got, closed := cl.rest(2 * time.Second); !strings.HasPrefix(got, "HTTP/1.1 400 ") || !closed {
+			t.Errorf("%s: got %q (closed %v), want 400", h, got, closed)
+		}
+	}
+	fresh(t, e, "/b")
+}
+
+func TestChunkedResponseToHTTP10Is502(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+	})
+	e := startEngine(t, app.addr, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("GET / HTTP/1.0\r\n\r\n")
+	if got, _ := cl.rest(2 * time.Second); !strings.HasPrefix(got, "HTTP/1.1 502 Bad Gateway\r\n") {
+		t.Errorf("got %q, want a 502: HTTP/1.0 has no chunked framing", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,7 +29,9 @@ type Options struct {
 	// byte arrived.
 	HeaderTimeout time.Duration
 	// IdleTimeout closes idle keep-alive connections and bounds each read
-	// and write of a stalled body.
+	// of a stalled request body from the client, each write of it to the
+	// app and each write of a response to the client. (A response body the
+	// app is slow to send is not cut: its client is checked instead.)
 	IdleTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the app's response head
 	// once the request (body included) is sent; 504 after it. Zero waits
@@ -83,9 +86,15 @@ type Conn struct {
 	// farDeadline: the read deadline on the app's connection is the
 	// response-header timeout's, not the next client check's.
 	farDeadline bool
-	body        chan error // the outcome of the request body being streamed, until received
-	bodyErr     error
-	req         int // requests served on this connection
+	// earlyResponse: the app's response head came before the request body
+	// was sent whole.
+	earlyResponse bool
+	// upstream is the app connection of the exchange under way, for
+	// Server.Close.
+	upstream atomic.Pointer[net.TCPConn]
+	body     chan error // the outcome of the request body being streamed, until received
+	bodyErr  error
+	req      int // requests served on this connection
 }
 
 // newConn returns the engine for client connection c; call Serve, then

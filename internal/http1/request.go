@@ -150,6 +150,11 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 		if !all(value, &valueChars) {
 			return 400, badRequest("control character in a header value")
 		}
+		if (len(name) == 14 || len(name) == 17) && bytes.IndexByte(name, '_') >= 0 &&
+			(eqFoldDash(name, "content-length") || eqFoldDash(name, "transfer-encoding")) {
+			// Servers that read _ as - (CGI, WSGI) would frame by it.
+			return 400, badRequest("a framing header spelt with _")
+		}
 		drop := false
 		switch len(name) {
 		case 4:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"os"
 	"strconv"
 	"time"
 )
@@ -33,6 +34,9 @@ func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
 			return err
 		}
 		if err := cc.readOneResponseHead(uc.br, rq, rs); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return &ResponseTimeoutError{After: cc.o.ResponseHeaderTimeout}
+			}
 			return err
 		}
 		if rs.code >= 200 || rs.code == 101 {
@@ -44,7 +48,7 @@ func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
 		// 100 Continue, 103 Early Hints: forward at once.
 		cc.resp = append(cc.resp, '\r', '\n')
 		if err := cc.write(cc.c, cc.resp); err != nil {
-			return err
+			return errClientGone // not the app's failure: nothing to resend
 		}
 		cc.sent1xx = true
 		cc.now = time.Now() // the app is alive: the response-header timeout starts again
@@ -142,7 +146,8 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 			if eqFold(name, "transfer-encoding") {
 				drop = true
 				nte++
-				if nte > 1 || http10 || !eqFold(value, "chunked") {
+				// HTTP/1.0 has no chunked framing, either way.
+				if nte > 1 || http10 || rq.http10 || !eqFold(value, "chunked") {
 					cc.resp = resp
 					return errBadResponse
 				}
@@ -170,6 +175,9 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 		resp = append(resp, "Content-Length: "...)
 		resp = strconv.AppendInt(resp, rs.cl, 10)
 		resp = append(resp, '\r', '\n')
+	}
+	if cap(cc.line) > 64<<10 {
+		cc.line = nil // an odd, huge head: do not keep its buffer per connection
 	}
 	cc.resp = resp
 	return nil

@@ -20,6 +20,8 @@ const (
 	// finish uploading before the connections are given up (net/http's
 	// Transport waits 50ms too).
 	bodyWait = 50 * time.Millisecond
+	// bigHead: a head (and inline body) above this gets a write deadline.
+	bigHead = 16 << 10
 	// clientCheck is how often a request waiting on the app (for its
 	// response head, or for more of a streamed body) checks that its
 	// client is still there.
@@ -58,7 +60,9 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 	streamBody := rq.hasBody() && !inline
 	cc.sent1xx = false
 	cc.farDeadline = false
+	cc.earlyResponse = false
 	cc.body, cc.bodyErr = nil, nil
+	defer cc.upstream.Store(nil)
 	var uc *upConn
 	var rs response
 	for attempt := 0; ; attempt++ {
@@ -71,6 +75,12 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		}
 		if err != nil {
 			return cc.upstreamFailed(up, rq, err)
+		}
+		cc.upstream.Store(uc.c)
+		if len(cc.out) > bigHead {
+			// A head this large may not fit the socket's buffers: an app
+			// that does not read must not hold the request for ever.
+			uc.c.SetWriteDeadline(time.Now().Add(cc.o.IdleTimeout))
 		}
 		_, err = uc.c.Write(cc.out)
 		writeFailed := err != nil
@@ -92,17 +102,21 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		if reused && attempt == 0 && !streamBody && !cc.sent1xx && (rq.idempotent || writeFailed) && isConnClosedErr(err) {
 			continue
 		}
-		if cc.body != nil {
-			if cc.bodyMalformed() && !cc.sent1xx {
-				cc.writeError(400, "malformed chunked request body")
-				return false
-			}
-			cc.c.Close()
-			cc.waitBody()
+		if err == errClientGone || cc.sent1xx { // nobody to answer, or too late for a 502
+			cc.abortBody()
 			return false
 		}
-		if err == errClientGone || cc.sent1xx { // nobody to answer, or too late for a 502
-			return false
+		if streamBody {
+			// Did the body go out whole (the app failed after it), break
+			// the chunked framing (400), or is it still on its way?
+			switch finished, bodyErr := cc.waitBodyFor(bodyWait); {
+			case finished && errors.Is(bodyErr, errChunked):
+				cc.writeError(400, "malformed chunked request body")
+				return false
+			case !finished || bodyErr != nil:
+				cc.abortBody()
+				return false
+			}
 		}
 		return cc.upstreamFailed(up, rq, err)
 	}
@@ -137,9 +151,8 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 	cc.resp = cc.resp[:0]
 	if err != nil {
 		uc.close()
-		if cc.body != nil {
-			cc.c.Close()
-			cc.waitBody()
+		if streamBody {
+			cc.abortBody()
 			return false
 		}
 		if !sent && !cc.sent1xx && err == errChunked {
@@ -148,24 +161,18 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		}
 		return false
 	}
-	if cc.body != nil {
-		t := time.NewTimer(bodyWait)
-		select {
-		case cc.bodyErr = <-cc.body:
-			t.Stop()
-		case <-t.C:
-			cc.c.Close()
+	if streamBody {
+		if finished, _ := cc.waitBodyFor(bodyWait); !finished {
 			uc.close()
-			cc.waitBody()
+			cc.abortBody()
 			return false
 		}
-		cc.body = nil
 		if cc.bodyErr != nil {
 			uc.close()
 			return false
 		}
 	}
-	if reusable(rq, &rs) {
+	if reusable(rq, &rs) && !cc.earlyResponse {
 		up.put(uc, cc.now)
 	} else {
 		uc.close()
@@ -177,7 +184,9 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 // another request. Not when the app closes it, nor after a response that
 // has no body by rule but whose head announced one (HEAD, 204, 304 with a
 // Content-Length or chunked): an app that sends that body anyway, later,
-// would have it read as the answer to someone else's request.
+// would have it read as the answer to someone else's request. (RoundTrip
+// also drops a connection whose app answered before it had the whole
+// request body: it may read the rest as its next request.)
 func reusable(rq *Request, rs *response) bool {
 	if rs.close || rq.http10 {
 		return false
@@ -196,24 +205,15 @@ func isResetErr(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// awaitResponse waits for the first byte of a response head from the app.
-// Every clientCheck it checks that the client is still there; once the
-// request body is sent, Options.ResponseHeaderTimeout runs. It leaves a
-// read deadline on uc that pump renews.
+// awaitResponse waits until a whole response head from the app is in
+// uc's buffer (or the buffer is full). Every clientCheck it checks that the
+// client is still there; once the request body is sent,
+// Options.ResponseHeaderTimeout runs. It leaves a read deadline on uc that
+// pump renews.
 func (cc *Conn) awaitResponse(uc *upConn) error {
 	var deadline time.Time
-	if uc.br.Buffered() > 0 { // after a 1xx
-		if !headBuffered(uc.br) {
-			if t := cc.o.ResponseHeaderTimeout; t > 0 {
-				deadline = time.Now().Add(t)
-			}
-			uc.c.SetReadDeadline(deadline)
-			cc.farDeadline = true
-		}
-		return nil
-	}
-	now := cc.now
-	for {
+	for !headBuffered(uc.br) && uc.br.Buffered() < uc.br.Size() {
+		now := time.Now()
 		if deadline.IsZero() && cc.o.ResponseHeaderTimeout > 0 && cc.bodyFinished() {
 			deadline = now.Add(cc.o.ResponseHeaderTimeout)
 		}
@@ -222,28 +222,37 @@ func (cc *Conn) awaitResponse(uc *upConn) error {
 			next = deadline
 		}
 		uc.c.SetReadDeadline(next)
-		_, err := uc.br.Peek(1)
+		_, err := uc.br.Peek(uc.br.Buffered() + 1)
 		if err == nil {
-			if !headBuffered(uc.br) {
-				// A head arriving in pieces: give it until the deadline, not
-				// just until the next check (RoundTrip brings the checks
-				// back for the body).
-				uc.c.SetReadDeadline(deadline)
-				cc.farDeadline = true
-			}
-			return nil
+			continue
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			if uc.br.Buffered() > 0 {
+				return nil // a head cut short: its parser says how
+			}
 			return err
 		}
-		now = time.Now()
-		if !deadline.IsZero() && !now.Before(deadline) {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return &ResponseTimeoutError{After: cc.o.ResponseHeaderTimeout}
 		}
 		if cc.clientGone() {
 			return errClientGone
 		}
 	}
+	if !cc.bodyFinished() {
+		cc.earlyResponse = true
+	}
+	if !headBuffered(uc.br) {
+		// A head larger than the buffer: the rest within the response
+		// deadline, or the idle timeout (RoundTrip brings the client checks
+		// back for the body).
+		if deadline.IsZero() {
+			deadline = time.Now().Add(cc.o.IdleTimeout)
+		}
+		uc.c.SetReadDeadline(deadline)
+		cc.farDeadline = true
+	}
+	return nil
 }
 
 // clientGone reports whether the client closed or reset its connection.
@@ -277,6 +286,7 @@ func (cc *Conn) startRequestBody(dst *net.TCPConn, rq *Request) {
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
+				dst.Close()
 				done <- fmt.Errorf("panic copying a request body: %v", r)
 			}
 		}()
@@ -303,17 +313,29 @@ func (cc *Conn) bodyFinished() bool {
 	}
 }
 
-// bodyMalformed waits briefly for the outcome of the request body being
-// streamed and reports whether it broke the chunked framing.
-func (cc *Conn) bodyMalformed() bool {
-	t := time.NewTimer(bodyWait)
+// waitBodyFor waits up to d for the outcome of the request body being
+// streamed; finished reports whether it came (or none was streamed).
+func (cc *Conn) waitBodyFor(d time.Duration) (finished bool, err error) {
+	if cc.body == nil {
+		return true, cc.bodyErr
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case cc.bodyErr = <-cc.body:
 		cc.body = nil
-		return errors.Is(cc.bodyErr, errChunked)
+		return true, cc.bodyErr
 	case <-t.C:
-		return false
+		return false, nil
+	}
+}
+
+// abortBody ends the exchange: it closes the client connection and waits
+// for the request body's goroutine, if any, to return.
+func (cc *Conn) abortBody() {
+	if cc.body != nil {
+		cc.c.Close()
+		cc.waitBody()
 	}
 }
 
@@ -341,6 +363,9 @@ func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 		b, _ := src.Peek(src.Buffered())
 		n, err := f.consume(b)
 		if n > 0 {
+			// An app that stops reading the body stalls the upload like a
+			// client that stops sending it.
+			dst.SetWriteDeadline(time.Now().Add(cc.o.IdleTimeout))
 			if _, werr := dst.Write(b[:n]); werr != nil {
 				return werr
 			}

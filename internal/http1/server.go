@@ -103,6 +103,10 @@ func (s *Server) serveConn(c *net.TCPConn) {
 		if r := recover(); r != nil {
 			s.log.Error(fmt.Errorf("panic: %v", r), "recovered serving a connection", "stack", string(debug.Stack()))
 			out = nil
+			if up := cc.upstream.Load(); up != nil {
+				up.Close()
+			}
+			cc.abortBody() // its goroutine reads cc.br: done before release
 		}
 		s.track(cc, false)
 		cc.release()
@@ -193,6 +197,9 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	for cc := range s.live {
 		cc.c.Close()
+		if up := cc.upstream.Load(); up != nil {
+			up.Close()
+		}
 	}
 	s.mu.Unlock()
 }
