@@ -208,6 +208,16 @@ func requestAllowed(raw []byte, ours, std verdict, http10 bool) string {
 		return "CONNECT: refused with 405 (the engine is no forward proxy)"
 	case ours.ok && std.ok && http10 && ours.framing == std.framing && ours.rest == std.rest:
 		return "HTTP/1.0 keep-alive: the engine closes after every HTTP/1.0 response"
+	case !ours.ok && func() bool {
+		for _, l := range lines {
+			if i := bytes.IndexByte(l, ':'); i > 0 && bytes.IndexByte(l[:i], '_') >= 0 &&
+				(eqFoldDash(l[:i], "content-length") || eqFoldDash(l[:i], "transfer-encoding")) {
+				return true
+			}
+		}
+		return false
+	}():
+		return "Content_Length, Transfer_Encoding: refused, since servers that read _ as - (CGI, WSGI) would frame by them; net/http takes them as unknown headers"
 	case !ours.ok && std.ok && hasOddChunkBytes(raw):
 		return "chunk extensions with control bytes, trailer names that are not tokens: refused; net/http discards extensions and does not check trailer names"
 	}
@@ -322,37 +332,60 @@ func stdResponse(raw []byte, method string) (verdict, *http.Response) {
 	return v, resp
 }
 
+// responseHeads splits raw into the heads of its 1xx responses and of the
+// final one (each as lines, the status line first), as far as they go.
+func responseHeads(raw []byte) [][][]byte {
+	var heads [][][]byte
+	for len(raw) > 0 {
+		var head [][]byte
+		for len(raw) > 0 {
+			line, rest, _ := bytes.Cut(raw, []byte("\n"))
+			raw = rest
+			line = bytes.TrimSuffix(line, []byte("\r"))
+			if len(line) == 0 {
+				break
+			}
+			head = append(head, line)
+		}
+		if len(head) == 0 {
+			break
+		}
+		heads = append(heads, head)
+		if st := head[0]; len(st) < 10 || st[9] != '1' || bytes.HasPrefix(st[9:], []byte("101")) {
+			break // a final response: the body follows
+		}
+	}
+	return heads
+}
+
 // responseAllowed returns why a difference on a response is deliberate, or
 // "" when it is not. The engine is strict with the app: a response it
 // refuses gets the client a 502, and the connection to the app is closed.
 func responseAllowed(raw []byte, ours, std verdict) string {
-	lines := headLines(raw)
-	status, _, _ := bytes.Cut(raw, []byte("\n"))
-	status = bytes.TrimSuffix(status, []byte("\r"))
-	switch {
-	case ours.ok:
+	if ours.ok {
 		return ""
-	case hasObsFold(lines):
-		return "obsolete line folding: refused; net/http joins the lines"
-	case hasHeader(lines, "transfer-encoding") && (hasHeader(lines, "content-length") || bytes.HasPrefix(status, []byte("HTTP/1.0"))):
-		return "Transfer-Encoding with Content-Length, or in HTTP/1.0: refused (RFC 9112 section 6.1); net/http lets one win"
-	case len(status) < 9 || !bytes.HasPrefix(status, []byte("HTTP/1.0 ")) && !bytes.HasPrefix(status, []byte("HTTP/1.1 ")):
-		return "a version other than HTTP/1.0 or HTTP/1.1: refused; net/http takes any HTTP/x.y"
-	case len(status) >= 12 && (status[9] < '1' || status[9] > '9'):
-		return "a status code below 100: refused; net/http takes any three digits"
-	case len(status) > 13 && !all(status[13:], &reasonChars):
-		return "control bytes in the reason phrase: refused; net/http does not check it"
-	case func() bool {
+	}
+	for _, head := range responseHeads(raw) {
+		status, lines := head[0], head[1:]
+		switch {
+		case hasObsFold(lines):
+			return "obsolete line folding: refused; net/http joins the lines"
+		case hasHeader(lines, "transfer-encoding") && (hasHeader(lines, "content-length") || bytes.HasPrefix(status, []byte("HTTP/1.0"))):
+			return "Transfer-Encoding with Content-Length, or in HTTP/1.0: refused (RFC 9112 section 6.1); net/http lets one win"
+		case len(status) < 9 || !bytes.HasPrefix(status, []byte("HTTP/1.0 ")) && !bytes.HasPrefix(status, []byte("HTTP/1.1 ")):
+			return "a version other than HTTP/1.0 or HTTP/1.1: refused; net/http takes any HTTP/x.y"
+		case len(status) >= 12 && (status[9] < '1' || status[9] > '9'):
+			return "a status code below 100: refused; net/http takes any three digits"
+		case len(status) > 13 && !all(status[13:], &reasonChars):
+			return "control bytes in the reason phrase: refused; net/http does not check it"
+		}
 		for _, l := range lines {
-			l = bytes.TrimSuffix(l, []byte("\r"))
 			if i := bytes.IndexByte(l, ':'); i > 0 && !isToken(l[:i]) {
-				return true
+				return "a field name that is not a token (white space before the colon): refused; net/http's client keeps it as an unknown header"
 			}
 		}
-		return false
-	}():
-		return "a field name that is not a token (white space before the colon): refused; net/http's client keeps it as an unknown header"
-	case hasOddChunkBytes(raw):
+	}
+	if hasOddChunkBytes(raw) {
 		return "chunk extensions with control bytes, trailer names that are not tokens: refused; net/http does not check them"
 	}
 	return ""
@@ -412,6 +445,7 @@ var differentialRequestSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
 	"GET / HTTP/1.2\r\nHost: a\r\n\r\n",
 	"GET / HTTP/1.1\nHost: a\n\n",
+	"POST / HTTP/1.1\r\nHost: a\r\nContent_Length: 5\r\n\r\nhello",
 }
 
 var differentialResponseSeeds = []string{
@@ -432,5 +466,6 @@ var differentialResponseSeeds = []string{
 	"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
 	"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nframes",
 	"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n",
+	"HTTP/1.0 100\n\nHTTP/0.0 200 0000\n\n",
 	strings.Repeat("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", 2),
 }
