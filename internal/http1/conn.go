@@ -89,6 +89,8 @@ type Conn struct {
 	// earlyResponse: the app's response head came before the request body
 	// was sent whole.
 	earlyResponse bool
+	// bodySent: the streamed request body was written whole to the app.
+	bodySent atomic.Bool
 	// upstream is the app connection of the exchange under way, for
 	// Server.Close.
 	upstream atomic.Pointer[net.TCPConn]

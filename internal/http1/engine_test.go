@@ -71,33 +71,19 @@ func TestSlowClientsAreCut(t *testing.T) {
 // the connection without saying so.
 func rawApp(t *testing.T, resp string, closeAfter bool) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return rawConnApp(t, func(c net.Conn, _ <-chan struct{}) {
+		defer c.Close()
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := http.ReadRequest(br); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if _, err := http.ReadRequest(br); err != nil {
-						return
-					}
-					io.WriteString(c, resp)
-					if closeAfter {
-						return
-					}
-				}
-			}()
+			io.WriteString(c, resp)
+			if closeAfter {
+				return
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 func TestAppClosesPooledConnection(t *testing.T) {

@@ -178,7 +178,10 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 			switch {
 			case eqFold(name, "connection"):
 				drop = true
-				cc.connectionTokens(value, rq)
+				closeOpt, upgradeOpt, extra := cc.connectionOptions(value)
+				rq.closeAfter = rq.closeAfter || closeOpt
+				rq.upgrade = rq.upgrade || upgradeOpt
+				rq.extraHop = rq.extraHop || extra
 			case eqFold(name, "keep-alive"):
 				drop = true
 			case eqFold(name, "user-agent"):
@@ -245,14 +248,7 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 	if rq.extraHop {
 		out = dropHeaders(out, cc.hop)
 	}
-	switch {
-	case rq.chunked:
-		out = append(out, "Transfer-Encoding: chunked\r\n"...)
-	case rq.cl >= 0:
-		out = append(out, "Content-Length: "...)
-		out = strconv.AppendInt(out, rq.cl, 10)
-		out = append(out, '\r', '\n')
-	}
+	out = appendFraming(out, rq.chunked, rq.cl)
 	out = append(out, "X-Forwarded-For: "...)
 	if len(cc.xff) > 0 {
 		out = append(out, cc.xff...)
@@ -326,22 +322,38 @@ func validTarget(t []byte) bool {
 	return true
 }
 
-// connectionTokens reads the Connection header's options into rq; names of
-// other headers go to cc.hop, to be dropped.
-func (cc *Conn) connectionTokens(v []byte, rq *Request) {
+// connectionOptions reads a Connection header's options: close, upgrade,
+// and whether it names other headers, whose names it adds to cc.hop (to be
+// dropped).
+func (cc *Conn) connectionOptions(v []byte) (closeOpt, upgradeOpt, extra bool) {
 	tokens(v, func(tok []byte) {
 		switch {
 		case eqFold(tok, "close"):
-			rq.closeAfter = true
+			closeOpt = true
 		case eqFold(tok, "keep-alive"):
 		case eqFold(tok, "upgrade"):
-			rq.upgrade = true
+			upgradeOpt = true
 		default:
-			rq.extraHop = true
+			extra = true
 			cc.hop = append(cc.hop, tok...)
 			cc.hop = append(cc.hop, ',')
 		}
 	})
+	return closeOpt, upgradeOpt, extra
+}
+
+// appendFraming appends the framing header of a body: chunked, or a
+// Content-Length when cl is not negative.
+func appendFraming(b []byte, chunked bool, cl int64) []byte {
+	switch {
+	case chunked:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	case cl >= 0:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, cl, 10)
+		b = append(b, '\r', '\n')
+	}
+	return b
 }
 
 // dropHeaders removes from a head the header lines named in names (comma

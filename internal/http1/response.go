@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"strconv"
 	"time"
 )
 
@@ -115,17 +114,9 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 		case 10:
 			switch {
 			case eqFold(name, "connection"):
-				tokens(value, func(tok []byte) {
-					switch {
-					case eqFold(tok, "close"):
-						rs.close = true
-					case eqFold(tok, "keep-alive"), eqFold(tok, "upgrade"):
-					default:
-						extraHop = true
-						cc.hop = append(cc.hop, tok...)
-						cc.hop = append(cc.hop, ',')
-					}
-				})
+				closeOpt, _, extra := cc.connectionOptions(value)
+				rs.close = rs.close || closeOpt
+				extraHop = extraHop || extra
 				drop = code != 101
 			case eqFold(name, "keep-alive"):
 				drop = true
@@ -166,15 +157,8 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 	if extraHop && code != 101 {
 		resp = dropHeaders(resp, cc.hop)
 	}
-	switch {
-	case code < 200 || code == 204:
-		// No body, and nothing to say about one.
-	case rs.chunked:
-		resp = append(resp, "Transfer-Encoding: chunked\r\n"...)
-	case rs.cl >= 0:
-		resp = append(resp, "Content-Length: "...)
-		resp = strconv.AppendInt(resp, rs.cl, 10)
-		resp = append(resp, '\r', '\n')
+	if code >= 200 && code != 204 { // 1xx and 204: no body, nothing to say about one
+		resp = appendFraming(resp, rs.chunked, rs.cl)
 	}
 	if cap(cc.line) > 64<<10 {
 		cc.line = nil // an odd, huge head: do not keep its buffer per connection

@@ -239,7 +239,7 @@ func (cc *Conn) awaitResponse(uc *upConn) error {
 			return errClientGone
 		}
 	}
-	if !cc.bodyFinished() {
+	if !cc.bodySent.Load() && !cc.bodyFinished() {
 		cc.earlyResponse = true
 	}
 	if !headBuffered(uc.br) {
@@ -277,6 +277,7 @@ func headBuffered(br *bufio.Reader) bool {
 func (cc *Conn) startRequestBody(dst *net.TCPConn, rq *Request) {
 	done := make(chan error, 1)
 	cc.body = done
+	cc.bodySent.Store(false)
 	var f framing
 	if rq.chunked {
 		f.reset(bodyChunked, 0)
@@ -375,6 +376,7 @@ func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 			return err
 		}
 	}
+	cc.bodySent.Store(true) // before the outcome is sent: the app has it all
 	return nil
 }
 
