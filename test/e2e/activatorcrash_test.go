@@ -20,7 +20,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
@@ -45,18 +44,7 @@ func TestActivatorProcessCrash(t *testing.T) {
 	a := deployAtZero(t, "e2e-fault-crash", "crash")
 	// The app never binds its port in this test: the activators stay in
 	// the path, holding requests.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		c := &d.Spec.Template.Spec.Containers[0]
-		c.Env = append(c.Env, corev1.EnvVar{Name: "STARTUP_DELAY", Value: "10m"})
-		_, err = lc.Client.AppsV1().Deployments(a.Namespace).Update(ctx, d, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setAppEnv(t, a, "STARTUP_DELAY", "10m")
 	activator := ebb.Fullname + "-activator"
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

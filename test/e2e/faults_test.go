@@ -140,18 +140,7 @@ func TestActivatorKilledWhileHolding(t *testing.T) {
 	ctx := t.Context()
 	a := deployAtZero(t, "e2e-fault-activator", "held")
 	// The app binds its port 8 s after it starts, so requests stay held.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		c := &d.Spec.Template.Spec.Containers[0]
-		c.Env = append(c.Env, corev1.EnvVar{Name: "STARTUP_DELAY", Value: "8s"})
-		_, err = lc.Client.AppsV1().Deployments(a.Namespace).Update(ctx, d, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setAppEnv(t, a, "STARTUP_DELAY", "8s")
 	activator := ebb.Fullname + "-activator"
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -213,6 +202,24 @@ func TestActivatorKilledWhileHolding(t *testing.T) {
 		}
 	}
 	t.Logf("of %d requests held at the kill, %d answered 200, %d cut with the killed pod; all %d sent after it answered 200", n, ok, n-ok, n)
+}
+
+// setAppEnv sets an environment variable of the app's container in its
+// Deployment's pod template.
+func setAppEnv(t *testing.T, a *install.AppAtZero, name, value string) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(t.Context(), a.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := &d.Spec.Template.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: value})
+		_, err = lc.Client.AppsV1().Deployments(a.Namespace).Update(t.Context(), d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // handOffAddresses lists the ready addresses of the app Service's hand-off

@@ -6,9 +6,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestHeldRequestWaitsForAppReadiness: an app at zero whose port opens
@@ -25,10 +22,7 @@ func TestHeldRequestWaitsForAppReadiness(t *testing.T) {
 		}
 	})
 	const warm = 3 * time.Second
-	patch := `{"spec":{"template":{"spec":{"containers":[{"name":"app","env":[{"name":"READY_AFTER","value":"` + warm.String() + `"}]}]}}}}`
-	if _, err := lc.Client.AppsV1().Deployments(a.Namespace).Patch(ctx, a.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setAppEnv(t, a, "READY_AFTER", warm.String())
 	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, a.URL, nil)
