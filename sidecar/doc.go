@@ -18,7 +18,11 @@
 //	--header-timeout   EBB_HEADER_TIMEOUT    10s              a client must send a request head within this
 //	--idle-timeout     EBB_IDLE_TIMEOUT      120s             idle keep-alive client connections close after this;
 //	                                                          also bounds each read/write of a stalled body
+//	--response-header-timeout EBB_RESPONSE_HEADER_TIMEOUT 10m  the app must start its response head within this
+//	                                                          once a request is sent (504 after it; 0: no limit)
 //	--max-header-bytes EBB_MAX_HEADER_BYTES  65536            larger request heads get 431
+//	--app-readiness    EBB_APP_READINESS     (none)           the app's readiness probe as JSON (internal/readiness),
+//	                                                          set by the webhook; none: ready when the port accepts
 //	--counting         EBB_COUNTING          true             false turns counting off (benchmarks only)
 //	--log-level        EBB_LOG_LEVEL         info             debug, info, warn or error
 //	--log-format       EBB_LOG_FORMAT        json             json (clusters) or text (local)
@@ -34,17 +38,20 @@
 // stream is one request. Requests whose User-Agent starts with "kube-probe/"
 // are proxied but not counted. The admin port serves the counters as one line
 // in the ebb1 format of package internal/stats ("ebb1 <inFlight> <total>
-// <bootID>\n", GET /stats), readiness (GET /ready: 200 once the app accepts
-// TCP connections on its port, 503 before that and while draining) and
-// Prometheus metrics (GET /metrics).
+// <bootID>\n", GET /stats), readiness (GET /ready: 200 once the app's own
+// readiness check passes, which the sidecar runs every 100 ms while the app
+// is not ready and again when asked; without one, once the app accepts TCP
+// connections on its port; 503 before that, naming the check, and while
+// draining) and Prometheus metrics (GET /metrics).
 //
 // # Proxying
 //
-// HTTP/1.1 is proxied by hand, by the engine of package internal/http1
-// (shared with ebb-activator): the request head is parsed once into a
-// per-connection buffer (hop-by-hop headers dropped, X-Forwarded-For
-// appended, nothing else rewritten; the Host is kept) and sent to the app over
-// a pooled keep-alive connection; bodies (Content-Length, chunked with
+// HTTP/1.1 is proxied by hand, by the strict engine and server of package
+// internal/http1 (shared with ebb-activator; its package doc says what it
+// refuses): the request head is parsed once into a per-connection buffer
+// (hop-by-hop headers dropped, framing re-emitted from the parsed values,
+// X-Forwarded-For appended; the Host is kept) and sent to the app over a
+// pooled keep-alive connection; bodies (Content-Length, chunked with
 // trailers, or until close) are copied piece by piece as they arrive, so
 // streams such as SSE are flushed as they come and nothing is buffered
 // whole. A request body streams in its own goroutine so that the app may
@@ -58,17 +65,15 @@
 // A pooled app connection found closed before any byte of a response is
 // retried once on a fresh connection, for GET, HEAD, OPTIONS and TRACE
 // requests without a streamed body (net/http's rule), and for any request
-// whose head could not be written at all; connections idle for
-// more than a second are checked with a non-blocking peek before reuse.
+// whose head could not be written at all; every pooled connection is checked
+// with a non-blocking peek before reuse. A client that goes away while its
+// request waits on the app ends the request (and its count).
 //
-// Refused requests get a short text body and a closed connection: 431 for
-// a head over --max-header-bytes, 400 for malformed heads (bad request line,
-// missing or repeated Host, bad or conflicting Content-Length, both
-// Content-Length and Transfer-Encoding, obsolete line folding, CR or NUL
-// inside a line), 501 for a Transfer-Encoding other than chunked, 505 for
-// other HTTP versions, 405 for CONNECT. When the app does not answer, the
-// client gets 502 "ebb-sidecar: the app is not answering on its port
-// (<upstream>): <reason>".
+// Refused requests get a short text body and a closed connection (431, 400,
+// 501, 505, 405: see internal/http1). When the app does not answer, or
+// answers garbage, the client gets 502 "ebb-sidecar: the app is not
+// answering on its port (<upstream>): <reason>"; 504 when no response head
+// came within --response-header-timeout.
 //
 // # Drain
 //
