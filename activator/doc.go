@@ -1,7 +1,8 @@
 // Package activator is ebb-activator: it holds requests for apps that have no
 // ready pod, tells the scaler at once (internal/holdpush), and forwards the
-// held requests the moment a pod is ready, probing not-ready sidecars'
-// /ready so it does not wait on EndpointSlice propagation. Warm requests
+// held requests the moment a pod's app is ready, probing not-ready sidecars'
+// /ready (which follows the app's own readiness probe) so it does not wait
+// on EndpointSlice propagation. Warm requests
 // that still reach it are proxied straight through, round robin over the
 // app's ready endpoints and never counted as held: HTTP/1.1 (WebSocket and
 // SSE included) by the hand-written engine of package internal/http1
@@ -20,6 +21,10 @@
 // the propagation controller (GET /routing on every ready replica; the
 // AppRoute's Propagated condition, applied server-side under the
 // "ebb-activator" field manager, is True only when all serve its generation).
+// Only a Ready replica campaigns for the Lease, and any replica deletes the
+// Lease of a holder whose pod is gone or not Ready (a crash, a hang) and
+// campaigns again at once (leadership), so a dead replica leaves every
+// hand-off slice within the kubelet's report plus a few API round trips.
 //
 // # Answers
 //
