@@ -138,20 +138,30 @@ func stdRequest(raw []byte) verdict {
 	return v
 }
 
-// head returns the lines of a message head (without the status or request
-// line), split on LF.
+// splitHead splits raw at the end of its first head (the first empty line,
+// lines ending in CRLF or LF): the head's lines after the start line, and
+// what follows the head.
+func splitHead(raw []byte) (lines [][]byte, body []byte) {
+	first := true
+	for len(raw) > 0 {
+		line, rest, found := bytes.Cut(raw, []byte("\n"))
+		raw = rest
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 && found {
+			return lines, raw
+		}
+		if !first {
+			lines = append(lines, line)
+		}
+		first = false
+	}
+	return lines, nil
+}
+
+// headLines returns the lines of a message's first head after its start
+// line.
 func headLines(raw []byte) [][]byte {
-	end := len(raw)
-	if i := bytes.Index(raw, []byte("\r\n\r\n")); i >= 0 {
-		end = i
-	}
-	if i := bytes.Index(raw[:end], []byte("\n\n")); i >= 0 {
-		end = i
-	}
-	lines := bytes.Split(raw[:end], []byte("\n"))
-	if len(lines) > 0 {
-		lines = lines[1:]
-	}
+	lines, _ := splitHead(raw)
 	return lines
 }
 
@@ -177,11 +187,8 @@ func hasObsFold(lines [][]byte) bool {
 // extension with bytes other than a field value's, or a trailer name is not
 // a token (net/http ignores extensions and does not check trailer names).
 func hasOddChunkBytes(raw []byte) bool {
-	i := bytes.Index(raw, []byte("\r\n\r\n"))
-	if i < 0 {
-		return false
-	}
-	for _, l := range bytes.Split(raw[i+4:], []byte("\n")) {
+	_, body := splitHead(raw)
+	for _, l := range bytes.Split(body, []byte("\n")) {
 		l = bytes.TrimSuffix(l, []byte("\r"))
 		if j := bytes.IndexByte(l, ';'); j >= 0 && !all(l[j:], &valueChars) {
 			return true
