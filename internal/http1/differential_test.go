@@ -453,6 +453,8 @@ var differentialRequestSeeds = []string{
 	"GET / HTTP/1.2\r\nHost: a\r\n\r\n",
 	"GET / HTTP/1.1\nHost: a\n\n",
 	"POST / HTTP/1.1\r\nHost: a\r\nContent_Length: 5\r\n\r\nhello",
+	"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 02\r\n\r\nhi",
+	"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000003\r\nabc\r\n0\r\n\r\n",
 }
 
 var differentialResponseSeeds = []string{
@@ -474,5 +476,6 @@ var differentialResponseSeeds = []string{
 	"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nframes",
 	"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n",
 	"HTTP/1.0 100\n\nHTTP/0.0 200 0000\n\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 002\r\n\r\nhi",
 	strings.Repeat("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", 2),
 }

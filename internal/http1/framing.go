@@ -20,7 +20,8 @@ var errChunked = errors.New("malformed chunked encoding")
 const (
 	maxChunkLine    = 4 << 10
 	maxTrailerBytes = 64 << 10
-	// maxChunkDigits: 15 hex digits keep a chunk size within int64.
+	// maxChunkDigits: 15 significant hex digits keep a chunk size within
+	// int64.
 	maxChunkDigits = 15
 )
 
@@ -92,10 +93,12 @@ func (f *framing) chunked(b []byte) (int, error) {
 		switch f.state {
 		case csSize:
 			if v, ok := unhex(c); ok {
-				if f.digits >= maxChunkDigits {
+				// Leading zeros are allowed (as net/http does); the value
+				// stays below 16^maxChunkDigits.
+				if f.size >= 1<<(4*(maxChunkDigits-1)) || f.line >= maxChunkLine {
 					return i, errChunked
 				}
-				f.digits++
+				f.digits = 1
 				f.size = f.size<<4 | int64(v)
 				f.line++
 				i++

@@ -81,6 +81,8 @@ func TestFramingChunked(t *testing.T) {
 		{"zz\r\n", -1, false, "not hex"},
 		{"5\r\nhelloXX", -1, false, "data longer than announced"},
 		{"fffffffffffffffff\r\n", -1, false, "size overflow"},
+		{"1000000000000000\r\n", -1, false, "16 significant digits"},
+		{"00000000000000000003\r\nabc\r\n0\r\n\r\n", 32, true, "leading zeros (as net/http)"},
 	}
 	for _, tt := range tests {
 		// Whole, and cut at every position: the result must not depend on

@@ -125,7 +125,7 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 
 	cc.xff = cc.xff[:0]
 	cc.hop = cc.hop[:0]
-	var nte int
+	var nte, clDigits int
 	for {
 		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
 		if err != nil {
@@ -191,10 +191,11 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 			if eqFold(name, "content-length") {
 				drop = true
 				n, ok := parseLength(value)
-				if !ok || (rq.cl >= 0 && rq.cl != n) {
+				if !ok || (rq.cl >= 0 && (rq.cl != n || len(value) != clDigits)) {
+					// Repeated, it must be repeated as is (net/http's rule).
 					return 400, badRequest("invalid Content-Length")
 				}
-				rq.cl = n
+				rq.cl, clDigits = n, len(value)
 			}
 		case 15:
 			if eqFold(name, "x-forwarded-for") {

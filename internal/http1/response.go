@@ -89,7 +89,7 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 	resp = append(resp, '\r', '\n')
 	cc.hop = cc.hop[:0]
 	extraHop := false
-	nte := 0
+	nte, clDigits := 0, 0
 	for {
 		line, err = readLine(br, &cc.line, &budget, errBadResponse)
 		if err != nil {
@@ -125,11 +125,11 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 			if eqFold(name, "content-length") {
 				drop = true
 				n, ok := parseLength(value)
-				if !ok || (rs.cl >= 0 && rs.cl != n) {
+				if !ok || (rs.cl >= 0 && (rs.cl != n || len(value) != clDigits)) {
 					cc.resp = resp
 					return errBadResponse
 				}
-				rs.cl = n
+				rs.cl, clDigits = n, len(value)
 			}
 		case 16:
 			drop = eqFold(name, "proxy-connection")
