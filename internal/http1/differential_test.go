@@ -183,13 +183,17 @@ func hasObsFold(lines [][]byte) bool {
 	return false
 }
 
-// hasOddChunkLine reports whether a chunk-size line of the body carries an
-// extension with bytes other than a field value's, or a trailer name is not
-// a token (net/http ignores extensions and does not check trailer names).
+// hasOddChunkBytes reports whether a chunk-size line of the body carries an
+// extension with bytes other than a field value's, a trailer name is not a
+// token or a trailer is folded (net/http ignores extensions, does not check
+// trailer names and joins folded lines).
 func hasOddChunkBytes(raw []byte) bool {
 	_, body := splitHead(raw)
 	for _, l := range bytes.Split(body, []byte("\n")) {
 		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) > 0 && (l[0] == ' ' || l[0] == '\t') {
+			return true // obs-fold in a trailer: net/http joins the lines
+		}
 		if j := bytes.IndexByte(l, ';'); j >= 0 && !all(l[j:], &valueChars) {
 			return true
 		}
@@ -226,7 +230,7 @@ func requestAllowed(raw []byte, ours, std verdict, http10 bool) string {
 	}():
 		return "Content_Length, Transfer_Encoding: refused, since servers that read _ as - (CGI, WSGI) would frame by them; net/http takes them as unknown headers"
 	case !ours.ok && std.ok && hasOddChunkBytes(raw):
-		return "chunk extensions with control bytes, trailer names that are not tokens: refused; net/http discards extensions and does not check trailer names"
+		return "chunk extensions with control bytes, trailer names that are not tokens, folded trailers: refused; net/http discards extensions, does not check trailer names and joins folded lines"
 	}
 	return ""
 }
@@ -454,6 +458,7 @@ var differentialRequestSeeds = []string{
 	"GET / HTTP/1.1\nHost: a\n\n",
 	"POST / HTTP/1.1\r\nHost: a\r\nContent_Length: 5\r\n\r\nhello",
 	"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 02\r\n\r\nhi",
+	"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT: 1\r\n 2\r\n\r\n",
 	"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000003\r\nabc\r\n0\r\n\r\n",
 }
 
