@@ -826,6 +826,22 @@ func TestLookAlikeFramingHeadersRefused(t *testing.T) {
 	fresh(t, e, "/b")
 }
 
+// TestResponseHeadWithMixedLineEnds: a head whose lines end in bare LFs and
+// whose final empty line is CRLF is whole, not waited on.
+func TestResponseHeadWithMixedLineEnds(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		io.WriteString(c, "HTTP/1.1 200 OK\nContent-Length: 2\n\r\nhi")
+	})
+	e := startEngine(t, app.addr, testEngineOptions())
+	cl := dial(t, e.addr)
+	start := time.Now()
+	cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	wantEq(t, "response", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", cl.response("GET"))
+	if took := time.Since(start); took > clientCheck {
+		t.Errorf("answered after %v: the whole head was waited on", took)
+	}
+}
+
 func TestChunkedResponseToHTTP10Is502(t *testing.T) {
 	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")

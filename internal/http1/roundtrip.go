@@ -268,7 +268,9 @@ func (cc *Conn) clientGone() bool {
 // headBuffered reports whether a whole head is in br's buffer.
 func headBuffered(br *bufio.Reader) bool {
 	b, _ := br.Peek(br.Buffered())
-	return bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
+	// A head's lines end in CRLF or a bare LF: it ends with an empty line
+	// after either.
+	return bytes.Contains(b, []byte("\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
 }
 
 // startRequestBody streams the request body from the client to the app in
