@@ -853,3 +853,36 @@ func TestChunkedResponseToHTTP10Is502(t *testing.T) {
 		t.Errorf("got %q, want a 502: HTTP/1.0 has no chunked framing", got)
 	}
 }
+
+// TestPooledConnectionAfterAStreamedUploadIsClean: a connection that
+// carried a streamed request body and then a response longer than the idle
+// timeout goes back to the pool without the write deadline of that upload:
+// the next request on it is sent, not failed.
+func TestPooledConnectionAfterAStreamedUploadIsClean(t *testing.T) {
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		if req.URL.Path != "/up" {
+			echoPath(c, req)
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for range 6 {
+			time.Sleep(100 * time.Millisecond)
+			io.WriteString(c, "1\r\nx\r\n")
+		}
+		io.WriteString(c, "0\r\n\r\n")
+	})
+	o := testEngineOptions()
+	o.IdleTimeout = 300 * time.Millisecond
+	e := startEngine(t, app.addr, o)
+	cl := dial(t, e.addr)
+	cl.send("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+	time.Sleep(20 * time.Millisecond) // streamed
+	cl.send("hello")
+	if got := cl.response("POST"); !strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") {
+		t.Fatalf("upload: %q", got)
+	}
+	fresh(t, e, "/b")
+	if n := len(app.received()); n != 1 {
+		t.Errorf("the app saw %d connections, want 1 (the pooled one reused)", n)
+	}
+}

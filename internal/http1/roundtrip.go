@@ -173,6 +173,9 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		}
 	}
 	if reusable(rq, &rs) && !cc.earlyResponse {
+		if streamBody || len(cc.out) > bigHead {
+			uc.c.SetWriteDeadline(time.Time{}) // the next request's own
+		}
 		up.put(uc, cc.now)
 	} else {
 		uc.close()
