@@ -45,28 +45,14 @@ func TestActivatorProcessCrash(t *testing.T) {
 	// The app never binds its port in this test: the activators stay in
 	// the path, holding requests.
 	setAppEnv(t, a, "STARTUP_DELAY", "10m")
-	activator := ebb.Fullname + "-activator"
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := install.WaitDeploymentReady(ctx, lc, ebb.Namespace, activator, 2*time.Minute); err != nil {
-			t.Errorf("activators back: %v", err)
-		}
-	})
+	activatorsBackAtCleanup(t)
 
 	tr := startTraffic(ctx, a, 20*time.Millisecond, time.Second)
 	defer tr.stop()
 	var removals []time.Duration
 	for round := range 3 {
 		// Both activators in the slice, kube-proxy up to date.
-		var ips []string
-		if err := cluster.WaitFor(ctx, time.Minute, "the hand-off slice with both activators", func(ctx context.Context) (bool, error) {
-			var err error
-			ips, err = handOffAddresses(ctx, a)
-			return len(ips) == 2, err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		waitBothActivatorsInSlice(t, a)
 		time.Sleep(1500 * time.Millisecond) // kube-proxy's minimum sync period is 1 s
 		victim, err := victimPod(ctx, round)
 		if err != nil {

@@ -141,22 +141,8 @@ func TestActivatorKilledWhileHolding(t *testing.T) {
 	a := deployAtZero(t, "e2e-fault-activator", "held")
 	// The app binds its port 8 s after it starts, so requests stay held.
 	setAppEnv(t, a, "STARTUP_DELAY", "8s")
-	activator := ebb.Fullname + "-activator"
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := install.WaitDeploymentReady(ctx, lc, ebb.Namespace, activator, 2*time.Minute); err != nil {
-			t.Errorf("activator replaced: %v", err)
-		}
-	})
-	var ips []string
-	if err := cluster.WaitFor(ctx, time.Minute, "the hand-off slice with both activators", func(ctx context.Context) (bool, error) {
-		var err error
-		ips, err = handOffAddresses(ctx, a)
-		return len(ips) == 2, err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	activatorsBackAtCleanup(t)
+	waitBothActivatorsInSlice(t, a)
 	lease, err := lc.Client.CoordinationV1().Leases(ebb.Namespace).Get(ctx, ebb.Names.ClusterScopedName("activator"), metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("the activators' Lease: %v", err)
@@ -217,6 +203,31 @@ func setAppEnv(t *testing.T, a *install.AppAtZero, name, value string) {
 		c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: value})
 		_, err = lc.Client.AppsV1().Deployments(a.Namespace).Update(t.Context(), d, metav1.UpdateOptions{})
 		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// activatorsBackAtCleanup makes the test, when it ends, wait until the
+// release's activator Deployment is ready again.
+func activatorsBackAtCleanup(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := install.WaitDeploymentReady(ctx, lc, ebb.Namespace, ebb.Fullname+"-activator", 2*time.Minute); err != nil {
+			t.Errorf("activators back: %v", err)
+		}
+	})
+}
+
+// waitBothActivatorsInSlice waits until a's hand-off slice lists both
+// activator replicas.
+func waitBothActivatorsInSlice(t *testing.T, a *install.AppAtZero) {
+	t.Helper()
+	if err := cluster.WaitFor(t.Context(), time.Minute, "the hand-off slice with both activators", func(ctx context.Context) (bool, error) {
+		ips, err := handOffAddresses(ctx, a)
+		return len(ips) == 2, err
 	}); err != nil {
 		t.Fatal(err)
 	}
