@@ -16,10 +16,14 @@ export EBB_BIN_DIR := $(BIN)
 
 COMMANDS   := $(notdir $(wildcard cmd/*))
 PROGRAMS   := $(addprefix $(BIN)/,$(COMMANDS)) $(BIN)/ebb-test-app
-KUBE_BINS  := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-proxy
+KUBE_BINS  := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-proxy $(BIN)/kube-scheduler $(BIN)/kubelet
+NODE_BINS  := $(BIN)/containerd $(BIN)/containerd-shim-runc-v2
 KEDA_BINS  := $(BIN)/keda-operator $(BIN)/keda-adapter
-DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck
-DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:patch nginx-light:nginx
+DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck $(BIN)/actionlint
+IMAGE_BINS := $(BIN)/ko $(BIN)/crane
+# name:command, or name:path for packages that put nothing on PATH.
+DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:patch nginx-light:nginx \
+	runc:runc containernetworking-plugins:/usr/lib/cni/bridge
 TEST_FLAGS ?= -count=1 -timeout 80m
 # Fuzz targets (package:Target) run for TEST_FUZZTIME each by `make test`
 # and for FUZZTIME each by `make fuzz`; the differential ones compare the
@@ -37,11 +41,11 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-zA-Z_-]+:.*##/ {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: tools build ## Bring up a local cluster, deploy a sample app at zero and show it wake and sleep.
+demo: tools build images ## Bring up a local cluster, deploy a sample app at zero and show it wake and sleep.
 	$(GO) run ./test/demo $(DEMO_ARGS)
 
 .PHONY: test
-test: tools build ## Every test: unit, integration against a real API server, end to end; then each fuzz target briefly.
+test: tools build images ## Every test: unit, integration against a real API server, end to end; then each fuzz target briefly.
 	$(GO) test $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
@@ -56,15 +60,22 @@ build: ## Build ebb's binaries and the test app into bin/.
 	$(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
 	$(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ebb-test-app ./test/app
 
+# KO_DOCKER_REPO (none: tarballs), PLATFORMS (linux/amd64) and IMAGE_TAG
+# (dev) choose what is built and where; test/images/doc.go says more.
+.PHONY: images
+images: $(IMAGE_BINS) ## Build ebb's images with ko into bin/images/<name>.tar, or push them to KO_DOCKER_REPO.
+	$(GO) run ./test/images
+
 .PHONY: bench
 bench: tools build ## Run the benchmark programs (figures for the README's performance table).
 	@for d in test/bench/*/; do echo ">> $$d"; $(GO) run ./$$d; done
 
 .PHONY: lint
-lint: $(DEV_BINS) ## gofmt, go vet and staticcheck.
+lint: $(DEV_BINS) ## gofmt, go vet, staticcheck and actionlint (the GitHub workflows).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
+	$(BIN)/actionlint .github/workflows/*.yaml
 
 .PHONY: manifests
 manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests into config/ from Go markers.
@@ -74,7 +85,7 @@ manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests in
 ##@ Tools (cached in bin/)
 
 .PHONY: tools
-tools: debs $(KUBE_BINS) $(KEDA_BINS) $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
+tools: debs $(KUBE_BINS) $(NODE_BINS) $(BIN)/coredns $(KEDA_BINS) $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
 	@$(GO) mod download
 	@$(GO) mod download $(CRD_MODULES)
 
@@ -91,10 +102,26 @@ debs: ## Install the Debian packages the local cluster and benchmarks use.
 # (/version), and charts check it against their kubeVersion.
 $(KUBE_BINS) &: test/tools/kube/go.mod test/tools/kube/go.sum
 	@mkdir -p $(BIN)
-	@echo ">> building kube-apiserver, kube-controller-manager, kube-proxy (k8s.io/kubernetes; 5-10 min cold, seconds when cached)"
+	@echo ">> building kube-apiserver, kube-controller-manager, kube-proxy, kube-scheduler, kubelet (k8s.io/kubernetes; 10-15 min cold, seconds when cached)"
 	cd test/tools/kube && $(GO) build -trimpath -ldflags="-s -w $$(cd $(ROOT)/test/tools/kube && $(GO) list -m -f '-X k8s.io/component-base/version.gitVersion={{.Version}}' k8s.io/kubernetes)" -o $(BIN)/ \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
 	@touch $(KUBE_BINS)
+
+# containerd v2 from its module (Debian's 1.6 is end of life for the
+# kubelet); runc and the CNI plugins are Debian's. The shim is static.
+$(NODE_BINS) &: test/tools/containerd/go.mod test/tools/containerd/go.sum
+	@mkdir -p $(BIN)
+	@echo ">> building containerd and its runc shim (github.com/containerd/containerd/v2; ~2 min cold)"
+	cd test/tools/containerd && $(GO) build -trimpath -tags 'no_btrfs no_devmapper no_zfs' -ldflags='-s -w' -o $(BIN)/ github.com/containerd/containerd/v2/cmd/containerd
+	cd test/tools/containerd && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+	@touch $(NODE_BINS)
+
+$(BIN)/coredns: test/tools/coredns/go.mod test/tools/coredns/go.sum test/tools/coredns/main.go
+	@mkdir -p $(BIN)
+	@echo ">> building coredns (github.com/coredns/coredns; ~2 min cold)"
+	cd test/tools/coredns && $(GO) build -trimpath -ldflags='-s -w' -o $@ .
+	@touch $@
 
 # The operator carries one fix: KEDA's module is copied from the module cache
 # into bin/keda-src, the patch applied there, and the build pointed at it by a
@@ -122,8 +149,15 @@ $(BIN)/k8s/etcd: | debs
 
 $(DEV_BINS) &: test/tools/dev/go.mod test/tools/dev/go.sum
 	@mkdir -p $(BIN)
-	cd test/tools/dev && GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck sigs.k8s.io/controller-tools/cmd/controller-gen
+	cd test/tools/dev && GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck sigs.k8s.io/controller-tools/cmd/controller-gen \
+		github.com/rhysd/actionlint/cmd/actionlint
 	@touch $(DEV_BINS)
+
+$(IMAGE_BINS) &: test/tools/images/go.mod test/tools/images/go.sum
+	@mkdir -p $(BIN)
+	@echo ">> building ko and crane (~2 min cold)"
+	cd test/tools/images && GOBIN=$(BIN) $(GO) install github.com/google/ko github.com/google/go-containerregistry/cmd/crane
+	@touch $(IMAGE_BINS)
 
 $(BIN)/helm: test/tools/helm/go.mod test/tools/helm/go.sum
 	@mkdir -p $(BIN)

@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,8 +21,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/ebb-dev/ebb/test/nodeagent"
 )
 
 // NodeName is the one node of the local cluster.
@@ -62,21 +57,20 @@ type Cluster struct {
 	// KEDACertDir holds ca.crt, tls.crt and tls.key signed by the cluster CA.
 	KEDACertDir string
 
-	ca      *authority
-	logf    func(string, ...any)
-	procs   map[string]*process
-	net     *hostNetwork
-	lock    *machineLock
-	cancel  context.CancelFunc
-	agentCh chan error
-	started time.Time
-	stopped bool
+	ca       *authority
+	logf     func(string, ...any)
+	procs    map[string]*process
+	net      *hostNetwork
+	registry *imageRegistry
+	lock     *machineLock
+	started  time.Time
+	stopped  bool
 
 	etcdURL, etcdData  string
 	kedaMetricsService string
-	// hostsFile names every Service for the programs that run on the node
-	// and call Services by name (startWithClusterDNS); the node agent keeps it.
-	hostsFile string
+	// resolvConf makes the programs that run on the node outside any pod
+	// resolve Service names through the cluster DNS (startWithClusterDNS).
+	resolvConf string
 }
 
 // Start brings the cluster up and returns once the API server answers, the
@@ -91,7 +85,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	want := []string{"kube-apiserver", "kube-controller-manager", "kube-proxy"}
+	want := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy",
+		"kubelet", "containerd", "containerd-shim-runc-v2", "coredns"}
 	opts.KEDA = opts.KEDA || opts.KEDAMetricsAdapter
 	if opts.KEDA {
 		want = append(want, "keda-operator")
@@ -107,7 +102,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, tool := range [][2]string{{"nft", "nftables"}, {"ip", "iproute2"}} {
+	for _, tool := range [][2]string{{"nft", "nftables"}, {"ip", "iproute2"}, {"runc", "runc"}, {cniBinDir + "/bridge", "containernetworking-plugins"}} {
 		if _, err := lookPath(tool[0], tool[1]); err != nil {
 			return nil, err
 		}
@@ -124,7 +119,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 	// What a killed run left behind goes first.
-	nodeagent.CleanupLeftovers()
+	removeNodeLeftovers()
 	removeHostNetwork()
 
 	c.Dir = opts.Dir
@@ -133,7 +128,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return c, fmt.Errorf("cluster dir: %w", err)
 		}
 	}
-	for _, d := range []string{"pki", "logs", "logs/pods", "pods"} {
+	for _, d := range []string{"pki", "logs", "logs/pods", "node"} {
 		if err := os.MkdirAll(filepath.Join(c.Dir, d), 0o755); err != nil {
 			return c, fmt.Errorf("cluster dir: %w", err)
 		}
@@ -141,6 +136,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.net, err = setupHostNetwork(); err != nil {
 		return c, err
 	}
+	if c.registry, err = startRegistry(ctx, filepath.Join(binDir, "images")); err != nil {
+		return c, err
+	}
+	logf("registry %s", c.registry)
 	pki, err := c.writePKI()
 	if err != nil {
 		return c, err
@@ -153,16 +152,24 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	logf("api server ready after %s", time.Since(c.started).Round(time.Millisecond))
 
-	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
 	if err := c.startControllerManager(bins["kube-controller-manager"], pki); err != nil {
+		return c, err
+	}
+	if err := c.startScheduler(bins["kube-scheduler"]); err != nil {
 		return c, err
 	}
 	proxyHealth, err := c.startKubeProxy(bins["kube-proxy"])
 	if err != nil {
 		return c, err
 	}
-	if err := c.startNodeAgent(runCtx); err != nil {
+	if err := c.startDNS(ctx, bins["coredns"]); err != nil {
+		return c, err
+	}
+	if err := c.startContainerd(ctx, bins["containerd"], c.registry.addr); err != nil {
+		return c, err
+	}
+	kubeletHealth, err := c.startKubelet(bins["kubelet"])
+	if err != nil {
 		return c, err
 	}
 	var kedaHealth string
@@ -171,7 +178,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return c, err
 		}
 	}
-	if err := c.waitReady(ctx, proxyHealth, kedaHealth); err != nil {
+	if err := c.waitReady(ctx, kubeletHealth, proxyHealth, kedaHealth); err != nil {
 		return c, err
 	}
 	if opts.KEDAMetricsAdapter {
@@ -273,16 +280,16 @@ func (c *Cluster) start(name string, env []string, path string, args ...string) 
 
 // startWithClusterDNS starts a program on the node that resolves cluster
 // DNS names (<svc>.<ns>, <svc>.<ns>.svc, ...) as a pod does: in its own
-// mount namespace, the node agent's hosts file is bind-mounted over
-// /etc/hosts. The KEDA operator needs it to dial an external scaler's
-// address such as ebb-scaler.ebb-system:9090.
+// mount namespace, a resolv.conf naming the cluster DNS and its search
+// path is bind-mounted over /etc/resolv.conf. The KEDA operator needs it to
+// dial an external scaler's address such as ebb-scaler.ebb-system:9090.
 func (c *Cluster) startWithClusterDNS(name string, env []string, path string, args ...string) (*process, error) {
 	unshare, err := lookPath("unshare", "util-linux")
 	if err != nil {
 		return nil, err
 	}
 	argv := append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-		`mount --bind "$0" /etc/hosts && exec "$@"`, c.hostsFile, path}, args...)
+		`mount --bind "$0" /etc/resolv.conf && exec "$@"`, c.resolvConf, path}, args...)
 	return c.start(name, env, unshare, argv...)
 }
 
@@ -381,35 +388,16 @@ func (c *Cluster) startKubeProxy(bin string) (health string, err error) {
 	return health, err
 }
 
-func (c *Cluster) startNodeAgent(ctx context.Context) error {
-	c.hostsFile = filepath.Join(c.Dir, "hosts")
-	if err := os.WriteFile(c.hostsFile, []byte("127.0.0.1\tlocalhost\n"), 0o644); err != nil {
-		return fmt.Errorf("node hosts file: %w", err)
-	}
-	agent, err := nodeagent.New(nodeagent.Config{
-		Client: c.Client, NodeName: NodeName, NodeIP: BridgeIP, Bridge: BridgeName,
-		PodCIDR: netip.MustParsePrefix(PodCIDR), KubernetesServiceHost: KubernetesServiceIP,
-		BinDir: c.BinDir, RunDir: filepath.Join(c.Dir, "pods"), LogDir: filepath.Join(c.Dir, "logs", "pods"),
-		HostsFile: c.hostsFile,
-		Log:       fileLogger(filepath.Join(c.Dir, "logs", "nodeagent.log")),
-	})
-	if err != nil {
-		return err
-	}
-	c.agentCh = make(chan error, 1)
-	go func() { c.agentCh <- agent.Run(ctx) }()
-	return nil
-}
-
-// waitReady waits for the node, the default ServiceAccount (the controller
-// manager works), kube-proxy's first sync and KEDA.
-func (c *Cluster) waitReady(ctx context.Context, proxyHealth, kedaHealth string) error {
+// waitReady waits for the kubelet and its node, the default ServiceAccount
+// (the controller manager works), kube-proxy's first sync and KEDA.
+func (c *Cluster) waitReady(ctx context.Context, kubeletHealth, proxyHealth, kedaHealth string) error {
 	checks := []struct {
 		name string
 		p    *process
 		fn   func() error
 	}{
-		{"node Ready", nil, func() error {
+		{"kubelet healthz", c.procs["kubelet"], kubeletHealthy(kubeletHealth)},
+		{"node Ready", c.procs["kubelet"], func() error {
 			n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -475,27 +463,36 @@ func httpOK(client *http.Client, url string) error {
 	return nil
 }
 
-// Stop ends every process and the node agent's pods, removes the network it
-// made, and releases the machine lock. It is safe to call twice.
+// Stop ends every process and every pod's containers, removes what the
+// node and the network made, and releases the machine lock. It is safe to
+// call twice.
 func (c *Cluster) Stop() {
 	if c.stopped {
 		return
 	}
 	c.stopped = true
-	if c.cancel != nil {
-		c.cancel()
-		select {
-		case <-c.agentCh:
-		case <-time.After(30 * time.Second):
-			c.logf("node agent did not stop within 30s")
-		}
-	}
-	for _, name := range []string{"keda-adapter", "keda-operator", "kube-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	// The kubelet first, so that it restarts no container; then the pods'
+	// processes, which outlive containerd in their shims.
+	for _, name := range []string{"keda-adapter", "keda-operator", "kubelet"} {
 		if p := c.procs[name]; p != nil {
 			p.stop(5 * time.Second)
 		}
 	}
-	nodeagent.CleanupLeftovers()
+	for range 50 {
+		if killCgroupProcesses() == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, name := range []string{"containerd", "coredns", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+		if p := c.procs[name]; p != nil {
+			p.stop(5 * time.Second)
+		}
+	}
+	removeNodeLeftovers()
+	if c.registry != nil {
+		c.registry.stop()
+	}
 	if c.net != nil {
 		c.net.teardown()
 	}
@@ -516,15 +513,10 @@ func (c *Cluster) logTails() string {
 	return b.String()
 }
 
-// fileLogger writes the node agent's log lines to path.
-func fileLogger(path string) logr.Logger {
-	f, err := os.Create(path)
-	if err != nil {
-		return logr.Discard()
-	}
-	return funcr.New(func(prefix, args string) {
-		fmt.Fprintf(f, "%s %s %s\n", time.Now().Format("15:04:05.000"), prefix, args)
-	}, funcr.Options{Verbosity: 1})
+// PodSecurityRestricted are the labels of a namespace that enforces Pod
+// Security "restricted" (the latest version of the profile).
+func PodSecurityRestricted() map[string]string {
+	return map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
 }
 
 // EnsureNamespace creates a namespace unless it exists.

@@ -11,13 +11,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/ebb-dev/ebb/test/cluster"
-	"github.com/ebb-dev/ebb/test/nodeagent"
 )
 
 // testAppDeployment is a Deployment of bin/ebb-test-app whose port is named
@@ -106,9 +104,11 @@ func podsOf(t *testing.T, ns, app string) []corev1.Pod {
 }
 
 // TestDeploymentServesThroughService is the foundation's first proof: the
-// real controller manager makes the pods, the node agent runs them in their
-// own network namespaces, the real EndpointSlice controller lists them, the
-// real kube-proxy routes the ClusterIP, and DNS names resolve inside pods.
+// real controller manager makes the pods, kube-scheduler binds them, the
+// kubelet runs them from their images through containerd in their own
+// network namespaces, the real EndpointSlice controller lists them, the
+// real kube-proxy routes the ClusterIP, and CoreDNS answers Service names
+// inside pods.
 func TestDeploymentServesThroughService(t *testing.T) {
 	ctx := t.Context()
 	const ns, name = "foundation-web", "web"
@@ -173,14 +173,10 @@ func TestDeploymentServesThroughService(t *testing.T) {
 		}
 	}
 
-	// Scaling to 0 stops both processes and removes their namespaces.
-	before, err := cluster.Netns()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Scaling to 0 stops every process of both pods.
 	for _, p := range pods {
-		if !before[nodeagent.NetnsName(string(p.UID))] {
-			t.Fatalf("pod %s runs without its network namespace", p.Name)
+		if _, err := cluster.PodPID(&p); err != nil {
+			t.Fatal(err)
 		}
 	}
 	scale, err := lc.Client.AppsV1().Deployments(ns).GetScale(ctx, deploy.Name, metav1.GetOptions{})
@@ -196,13 +192,9 @@ func TestDeploymentServesThroughService(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	after, err := cluster.Netns()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, p := range pods {
-		if after[nodeagent.NetnsName(string(p.UID))] {
-			t.Errorf("network namespace of deleted pod %s is still there", p.Name)
+		if pid, err := cluster.PodPID(&p); err == nil {
+			t.Errorf("deleted pod %s still has process %d", p.Name, pid)
 		}
 		if _, err := get(ctx, "http://"+p.Status.PodIP+":8080/"); err == nil {
 			t.Errorf("deleted pod %s still answers at %s", p.Name, p.Status.PodIP)
@@ -217,12 +209,4 @@ func podReady(p corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-func roleBindingViewForDefaultSA(ns string) *rbacv1.RoleBinding {
-	return &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "default-view", Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "view"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "default", Namespace: ns}},
-	}
 }

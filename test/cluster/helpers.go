@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -16,22 +19,50 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
-
-	"github.com/ebb-dev/ebb/test/nodeagent"
 )
 
-// Exec runs argv inside the pod's network namespace, with the pod's hosts
-// file as /etc/hosts (so cluster DNS names resolve as in the pod), and
-// returns its standard output.
+// Exec runs argv, a program of this machine, inside the pod's network
+// namespace with the pod's own resolv.conf, and returns its standard
+// output.
 func (c *Cluster) Exec(ctx context.Context, pod *corev1.Pod, argv ...string) ([]byte, error) {
-	args := append([]string{"netns", "exec", nodeagent.NetnsName(string(pod.UID))}, argv...)
+	pid, err := PodPID(pod)
+	if err != nil {
+		return nil, err
+	}
+	resolv, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/resolv.conf", pid))
+	if err != nil {
+		return nil, fmt.Errorf("resolv.conf of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	resolvPath := filepath.Join(c.Dir, "node", "resolv-"+string(pod.UID)+".conf")
+	if err := os.WriteFile(resolvPath, resolv, 0o644); err != nil {
+		return nil, fmt.Errorf("resolv.conf of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	args := append([]string{"--net=/proc/" + strconv.Itoa(pid) + "/ns/net", "--", "unshare", "--mount", "--propagation", "private", "--",
+		"/bin/sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, resolvPath}, argv...)
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "ip", args...)
+	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.Bytes(), fmt.Errorf("exec in pod %s/%s %v: %w: %s", pod.Namespace, pod.Name, argv, err, stderr.Bytes())
 	}
 	return stdout.Bytes(), nil
+}
+
+// PodPID is a process of a running pod (its sandbox's or a container's),
+// found by the pod's cgroup under the kubelet's cgroup root.
+func PodPID(pod *corev1.Pod) (int, error) {
+	for _, dir := range cgroupDirs() {
+		for _, qos := range []string{"", "burstable/", "besteffort/"} {
+			procs, _ := filepath.Glob(filepath.Join(dir, "kubepods", qos+"pod"+string(pod.UID), "*", "cgroup.procs"))
+			for _, p := range procs {
+				b, _ := os.ReadFile(p)
+				if f := bytes.Fields(b); len(f) > 0 {
+					return strconv.Atoi(string(f[0]))
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process of pod %s/%s (uid %s) under cgroup %s", pod.Namespace, pod.Name, pod.UID, cgroupRoot)
 }
 
 // WaitFor polls cond every 50 ms until it returns true, an error, or
@@ -59,21 +90,6 @@ func (c *Cluster) ReadyEndpoints(ctx context.Context, namespace, service string)
 		}
 	}
 	return n, nil
-}
-
-// Netns lists the network namespaces of the node agent's pods now present.
-func Netns() (map[string]bool, error) {
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		return nil, fmt.Errorf("ip netns list: %w", err)
-	}
-	set := map[string]bool{}
-	for _, line := range bytes.Split(out, []byte("\n")) {
-		if f := bytes.Fields(line); len(f) > 0 {
-			set[string(f[0])] = true
-		}
-	}
-	return set, nil
 }
 
 // WaitReplicas waits, on a watch, until the Deployment's spec.replicas is

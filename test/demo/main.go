@@ -41,7 +41,7 @@ type row struct{ step, took string }
 
 func run(ctx context.Context, keep bool, requests int) error {
 	begin := time.Now()
-	say("starting the local cluster (etcd, kube-apiserver, kube-controller-manager, kube-proxy, KEDA, node agent)")
+	say("starting the local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, CoreDNS, KEDA, kubelet + containerd, a registry with ebb's images)")
 	c, err := cluster.Start(ctx, cluster.Options{KEDAMetricsAdapter: true, Logf: say})
 	if err != nil {
 		return err

@@ -130,13 +130,14 @@ func servedSerial(t *testing.T, addr string) *big.Int {
 func admitted(t *testing.T, r *install.Release, ns string) {
 	t.Helper()
 	ctx := t.Context()
-	if err := lc.EnsureNamespace(ctx, ns, map[string]string{r.Names.InjectLabel(): "enabled"}); err != nil {
+	if err := lc.EnsureNamespace(ctx, ns, r.OptIn()); err != nil {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "tls-check", Namespace: ns, Labels: map[string]string{r.Names.AppLabel(): "tls-check"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/ebb-dev/ebb-test-app:dev", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
 	}
+	install.Restrict(&pod.Spec)
 	got, err := lc.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		t.Fatalf("admission through the API server: %v", err)

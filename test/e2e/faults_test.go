@@ -31,17 +31,19 @@ func TestWebhookDownRefusesOptedInPods(t *testing.T) {
 	webhook := ebb.Fullname + "-webhook"
 	takeDown(t, webhook)
 	const optedIn, plain = "e2e-fault-webhook", "e2e-fault-plain"
-	if err := lc.EnsureNamespace(ctx, optedIn, map[string]string{ebb.Names.InjectLabel(): "enabled"}); err != nil {
+	if err := lc.EnsureNamespace(ctx, optedIn, ebb.OptIn()); err != nil {
 		t.Fatal(err)
 	}
 	if err := lc.EnsureNamespace(ctx, plain, nil); err != nil {
 		t.Fatal(err)
 	}
 	pod := func(ns string, labels map[string]string) *corev1.Pod {
-		return &corev1.Pod{
+		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "fault-", Namespace: ns, Labels: labels},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/ebb-dev/ebb-test-app:dev", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
 		}
+		install.Restrict(&p.Spec)
+		return p
 	}
 	app := map[string]string{ebb.Names.AppLabel(): "fault"}
 	_, err := lc.Client.CoreV1().Pods(optedIn).Create(ctx, pod(optedIn, app), metav1.CreateOptions{})

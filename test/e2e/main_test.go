@@ -42,7 +42,7 @@ func run(m *testing.M) int {
 	defer c.Stop()
 	lc = c
 	// EBB_E2E_SET adds --set values (space-separated), e.g. to try another
-	// build of a component: activator.image.repository=x/ebb-activator-head.
+	// image of a component: activator.image.tag=head.
 	ebb, err = install.Install(ctx, c, install.Options{Logf: logf, Set: strings.Fields(os.Getenv("EBB_E2E_SET"))})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "install ebb from charts/ebb: %v\n(logs in %s/logs)\n", err, c.Dir)

@@ -16,19 +16,41 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
 // AppPort is where the test app listens in its pod.
 const AppPort = 8080
 
+// OptIn are the labels of an app namespace: opted in to the release's
+// injection, and enforcing Pod Security "restricted".
+func (r *Release) OptIn() map[string]string {
+	labels := cluster.PodSecurityRestricted()
+	labels[r.Names.InjectLabel()] = "enabled"
+	return labels
+}
+
+// Restrict makes a pod spec pass Pod Security "restricted": non-root with
+// the runtime's seccomp profile, and every container without privilege
+// escalation or capabilities, on a read-only root filesystem.
+func Restrict(spec *corev1.PodSpec) {
+	spec.SecurityContext = &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	for i := range spec.Containers {
+		spec.Containers[i].SecurityContext = inject.RestrictedSecurityContext()
+	}
+}
+
 // App is an app as a user writes it for ebb: a Deployment of the test app
 // whose pod template carries the app label and the hosts annotation of the
 // release's instance, with a port named "http" (the webhook gives that name
-// to the sidecar) and a readiness probe on it; no sidecar, the webhook
-// injects it.
+// to the sidecar) and a readiness probe on it, passing Pod Security
+// "restricted"; no sidecar, the webhook injects it.
 func (r *Release) App(ns, name, hosts string, replicas int32) *appsv1.Deployment {
 	labels := map[string]string{r.Names.AppLabel(): name}
-	return &appsv1.Deployment{
+	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
@@ -54,6 +76,8 @@ func (r *Release) App(ns, name, hosts string, replicas int32) *appsv1.Deployment
 			},
 		},
 	}
+	Restrict(&d.Spec.Template.Spec)
+	return d
 }
 
 // Service sends port 80 to the pods' port named "http" (the sidecar once

@@ -49,19 +49,21 @@ type Release struct {
 	Deployments []string
 }
 
+// ImageTag is the tag `make images` gives the images the local cluster
+// serves under the chart's own repositories.
+const ImageTag = "dev"
+
 // values are what every e2e install sets: self-signed TLS (no
-// cert-manager), console logs, and image values whose last path segment
-// names the bin/ program the node agent runs (it ignores the tag and the
-// pull policy).
+// cert-manager), console logs, and the tag of the images built here.
 func values(o Options) []string {
 	return []string{
 		"groupSuffix=" + o.GroupSuffix,
 		"certManager.enabled=false",
 		"logFormat=console",
-		"webhook.image.repository=ghcr.io/ebb-dev/ebb-webhook",
-		"activator.image.repository=ghcr.io/ebb-dev/ebb-activator",
-		"scaler.image.repository=ghcr.io/ebb-dev/ebb-scaler",
-		"sidecar.image.repository=ghcr.io/ebb-dev/ebb-sidecar",
+		"webhook.image.tag=" + ImageTag,
+		"activator.image.tag=" + ImageTag,
+		"scaler.image.tag=" + ImageTag,
+		"sidecar.image.tag=" + ImageTag,
 	}
 }
 
@@ -94,6 +96,11 @@ func Install(ctx context.Context, c *cluster.Cluster, o Options) (*Release, erro
 	}
 	root, err := cluster.ModuleRoot()
 	if err != nil {
+		return nil, err
+	}
+	// The release's namespace enforces Pod Security "restricted", as the
+	// chart's pods are written to pass it.
+	if err := c.EnsureNamespace(ctx, o.Namespace, cluster.PodSecurityRestricted()); err != nil {
 		return nil, err
 	}
 	args := []string{"install", o.Release, filepath.Join(root, "charts", "ebb"),

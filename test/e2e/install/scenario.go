@@ -41,7 +41,7 @@ func (r *Release) DeployAtZero(ctx context.Context, c *cluster.Cluster, ns, name
 		logf = func(string, ...any) {}
 	}
 	a := &AppAtZero{Namespace: ns, Name: name, Host: name + ".example.com"}
-	if err := c.EnsureNamespace(ctx, ns, map[string]string{r.Names.InjectLabel(): "enabled"}); err != nil {
+	if err := c.EnsureNamespace(ctx, ns, r.OptIn()); err != nil {
 		return nil, err
 	}
 	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, r.Service(ns, name), metav1.CreateOptions{})

@@ -122,9 +122,10 @@ func deployActivator(t *testing.T, ns, suffix string, replicas int32) {
 	}
 }
 
-// podLogs returns the tail of the node agent's logs of a namespace's pods.
+// podLogs returns the tail of the kubelet's logs of a namespace's
+// containers (<pod logs dir>/<ns>_<pod>_<uid>/<container>/<restart>.log).
 func podLogs(t *testing.T, ns string) string {
-	files, _ := filepath.Glob(filepath.Join(lc.Dir, "logs", "pods", ns+"*"))
+	files, _ := filepath.Glob(filepath.Join(lc.Dir, "logs", "pods", ns+"_*", "*", "*.log"))
 	var b strings.Builder
 	for _, f := range files {
 		data, _ := os.ReadFile(f)

@@ -1,5 +1,6 @@
 // Module kube builds the real Kubernetes control-plane programs the local
-// test cluster runs (kube-apiserver, kube-controller-manager, kube-proxy).
+// test cluster runs (kube-apiserver, kube-controller-manager, kube-proxy,
+// kube-scheduler and the kubelet).
 // Each k8s.io staging module is replaced by its published v0.X.Y twin.
 module github.com/ebb-dev/ebb/test/tools/kube
 
@@ -9,6 +10,8 @@ tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-proxy
+	k8s.io/kubernetes/cmd/kube-scheduler
+	k8s.io/kubernetes/cmd/kubelet
 )
 
 require (
@@ -100,6 +103,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.6.8 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.8 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/contrib/instrumentation/github.com/emicklei/go-restful/otelrestful v0.65.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.65.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.65.0 // indirect
 	go.opentelemetry.io/otel v1.41.0 // indirect
@@ -144,6 +148,7 @@ require (
 	k8s.io/controller-manager v0.36.4 // indirect
 	k8s.io/cri-api v0.36.4 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
+	k8s.io/cri-streaming v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.36.4 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
@@ -186,6 +191,7 @@ replace (
 	k8s.io/controller-manager => k8s.io/controller-manager v0.36.4
 	k8s.io/cri-api => k8s.io/cri-api v0.36.4
 	k8s.io/cri-client => k8s.io/cri-client v0.36.4
+	k8s.io/cri-streaming => k8s.io/cri-streaming v0.36.4
 	k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.36.4
 	k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.36.4
 	k8s.io/endpointslice => k8s.io/endpointslice v0.36.4

@@ -1,0 +1,188 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// removeNodeLeftovers undoes what the node's programs leave behind when
+// they stop or are killed: every container process (found by its cgroup
+// under cgroupRoot), containerd's shims, the mounts under the node's state
+// directories (overlay roots, pod volumes, network namespaces), those
+// directories, the pods' cgroups and the kubelet's kernel settings. It
+// touches nothing outside the paths this package owns and is safe to call
+// when nothing is left.
+func removeNodeLeftovers() {
+	for range 50 {
+		if killCgroupProcesses() == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	killShims()
+	unmountUnder(containerdRoot, containerdState, kubeletRoot)
+	for _, d := range []string{containerdState, kubeletRoot, cniState, containerdRoot} {
+		_ = os.RemoveAll(d)
+	}
+	removeCgroups()
+	restoreSysctls()
+}
+
+// cgroupHierarchies are the mounted cgroup hierarchies (v1 controllers and
+// the unified one).
+func cgroupHierarchies() []string {
+	var roots []string
+	for _, m := range mountPoints() {
+		if strings.HasPrefix(m, "/sys/fs/cgroup/") {
+			roots = append(roots, m)
+		}
+	}
+	return roots
+}
+
+// cgroupDirs are cgroupRoot in every hierarchy that has it.
+func cgroupDirs() []string {
+	var dirs []string
+	for _, h := range cgroupHierarchies() {
+		d := filepath.Join(h, cgroupRoot)
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// makeCgroupRoot creates cgroupRoot in every hierarchy, which the kubelet
+// requires before it starts; a v1 cpuset gets its parent's CPUs and memory
+// nodes, without which no process could join it.
+func makeCgroupRoot() error {
+	for _, h := range cgroupHierarchies() {
+		d := filepath.Join(h, cgroupRoot)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("cgroup %s: %w", d, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+					return fmt.Errorf("cgroup %s: %w", d, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// killCgroupProcesses SIGKILLs every process in a cgroup under cgroupRoot
+// and returns how many it found.
+func killCgroupProcesses() int {
+	n := 0
+	for _, root := range cgroupDirs() {
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(path)
+			for _, f := range bytes.Fields(b) {
+				if pid, err := strconv.Atoi(string(f)); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					n++
+				}
+			}
+			return nil
+		})
+	}
+	return n
+}
+
+// killShims SIGKILLs the runc shims started by this package's containerd
+// (they name its socket on their command line).
+func killShims() {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) || !bytes.Contains(b, []byte(containerdSock)) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// mountPoints lists this mount namespace's mount points in mount order.
+func mountPoints() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var points []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		if fields := strings.Fields(s.Text()); len(fields) > 4 {
+			points = append(points, unescapeMount(fields[4]))
+		}
+	}
+	return points
+}
+
+// unescapeMount decodes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmountUnder detaches every mount at or below the given directories,
+// the most recent first.
+func unmountUnder(dirs ...string) {
+	points := mountPoints()
+	slices.Reverse(points)
+	for _, m := range points {
+		for _, d := range dirs {
+			if m == d || strings.HasPrefix(m, d+"/") {
+				_ = syscall.Unmount(m, syscall.MNT_DETACH)
+				break
+			}
+		}
+	}
+}
+
+// removeCgroups removes the cgroups under cgroupRoot, children first.
+func removeCgroups() {
+	for _, root := range cgroupDirs() {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		slices.Reverse(dirs)
+		for _, d := range dirs {
+			_ = syscall.Rmdir(d)
+		}
+	}
+}
