@@ -83,6 +83,13 @@ func TestRenderDefault(t *testing.T) {
 		if got := number(d.Object["spec"].(map[string]any)["replicas"]); got != 2 {
 			t.Errorf("%s: %d replicas, want 2", id(d), got)
 		}
+		// The kubelet's service links would give the webhook
+		// EBB_WEBHOOK_PORT=tcp://<ClusterIP>:443 from its own Service
+		// (ebb-webhook), shadowing its --port option's env fallback: the
+		// pods crash-looped under the real kubelet.
+		if links, found, _ := unstructured.NestedBool(d.Object, "spec", "template", "spec", "enableServiceLinks"); !found || links {
+			t.Errorf("%s: enableServiceLinks is %v (set: %v), want false: Service env vars collide with EBB_* options", id(d), links, found)
+		}
 		for _, c := range containers(t, d) {
 			if c["command"] != nil {
 				t.Errorf("%s: container %s sets command; the image's entrypoint must run (flags go in args)", id(d), c["name"])
