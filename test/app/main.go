@@ -75,6 +75,11 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	return c, errors.Join(problems...)
 }
 
+// started is when the process began; the ready path reports it (header
+// X-App-Started, RFC 3339 with nanoseconds) so that a test can tell the
+// app's own start-up from the node's work before it.
+var started = time.Now()
+
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if err != nil {
@@ -142,6 +147,7 @@ func newHandler(cfg config) http.Handler {
 	helloLen := []string{strconv.Itoa(len(hello))}
 	readyAt := time.Now().Add(cfg.readyAfter)
 	yes, no := []string{"true"}, []string{"false"}
+	startedHeader := []string{started.Format(time.RFC3339Nano)}
 
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -153,6 +159,9 @@ func newHandler(cfg config) http.Handler {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			gs.ServeHTTP(w, r)
 			return
+		}
+		if r.URL.Path == cfg.readyPath {
+			w.Header()["X-App-Started"] = startedHeader
 		}
 		if cfg.readyAfter > 0 {
 			ready := !time.Now().Before(readyAt)

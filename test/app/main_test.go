@@ -67,6 +67,14 @@ func TestEndpoints(t *testing.T) {
 	if code, _ := body(t, http.DefaultClient, base+"/ready"); code != 200 {
 		t.Errorf("/ready: %d", code)
 	}
+	readyResp, err := http.Get(base + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyResp.Body.Close()
+	if at, err := time.Parse(time.RFC3339Nano, readyResp.Header.Get("X-App-Started")); err != nil || !at.Equal(started) {
+		t.Errorf("/ready says X-App-Started %q (%v), want the process start %s", readyResp.Header.Get("X-App-Started"), err, started.Format(time.RFC3339Nano))
+	}
 	start := time.Now()
 	body(t, http.DefaultClient, base+"/?delay=100ms")
 	if took := time.Since(start); took < 100*time.Millisecond {

@@ -21,7 +21,8 @@ import (
 
 // Timeline records when a cold start's steps were first seen, as the
 // cluster tells them: the Deployment's replicas written by KEDA, the pod's
-// creation, its app container running, the pod Ready (on watches), and the
+// creation and Ready (on watches), the app's process start and first
+// answer (polled on its own port), and the
 // scaler's count of held requests (its /apps status, read every 10 ms).
 type Timeline struct {
 	mu     sync.Mutex
@@ -36,7 +37,7 @@ const (
 	EventScalerHeld    = "scaler counts the held requests"
 	EventReplicas1     = "KEDA sets replicas=1"
 	EventPodCreated    = "pod created (sidecar injected)"
-	EventAppRunning    = "app container started"
+	EventAppRunning    = "app process started (its X-App-Started)"
 	EventAppAnswers    = "app answers /healthz on its own port"
 	EventPodReady      = "pod ready"
 	EventFirstResponse = "first response (200)"
@@ -83,11 +84,6 @@ func (r *Release) WatchColdStart(ctx context.Context, c *cluster.Cluster, a *App
 					pollApp(ctx, p.Status.PodIP, t)
 				}()
 			}
-			for _, s := range p.Status.ContainerStatuses {
-				if s.Name == "app" && s.State.Running != nil {
-					t.Mark(EventAppRunning)
-				}
-			}
 			for _, cond := range p.Status.Conditions {
 				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
 					t.Mark(EventPodReady)
@@ -103,7 +99,10 @@ func (r *Release) WatchColdStart(ctx context.Context, c *cluster.Cluster, a *App
 }
 
 // pollApp asks the app container itself (its port, not the sidecar's:
-// uncounted) for its readiness path every 5 ms until it answers 200.
+// uncounted) for its readiness path every 5 ms until it answers 200, and
+// takes when its process started from the answer: the kubelet reports a
+// container running only in its next status update, often after the app
+// already answers.
 func pollApp(ctx context.Context, podIP string, t *Timeline) {
 	client := &http.Client{Timeout: 200 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := fmt.Sprintf("http://%s:%d/healthz", podIP, AppPort)
@@ -114,6 +113,9 @@ func pollApp(ctx context.Context, podIP string, t *Timeline) {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				t.Mark(EventAppAnswers)
+				if at, err := time.Parse(time.RFC3339Nano, resp.Header.Get("X-App-Started")); err == nil {
+					t.MarkAt(EventAppRunning, at)
+				}
 				return
 			}
 		}
