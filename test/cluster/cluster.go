@@ -39,6 +39,9 @@ type Options struct {
 	Dir string
 	// Logf receives progress lines; silent if nil.
 	Logf func(format string, args ...any)
+	// MachineLocked says the machine lock is held already (LockMachine),
+	// by the caller or the parent process that started it.
+	MachineLocked bool
 }
 
 // Cluster is a running local cluster. Build it with Start; Stop it always.
@@ -62,7 +65,7 @@ type Cluster struct {
 	procs    map[string]*process
 	net      *hostNetwork
 	registry *imageRegistry
-	lock     *machineLock
+	lock     *MachineLock
 	started  time.Time
 	stopped  bool
 
@@ -107,9 +110,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	lock, err := lockMachine(logf)
-	if err != nil {
-		return nil, err
+	var lock *MachineLock
+	if !opts.MachineLocked {
+		if lock, err = LockMachine(logf); err != nil {
+			return nil, err
+		}
 	}
 	c := &Cluster{BinDir: binDir, logf: logf, procs: map[string]*process{}, lock: lock, started: time.Now()}
 	defer func() {
@@ -119,8 +124,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 	// What a killed run left behind goes first.
-	removeNodeLeftovers()
-	removeHostNetwork()
+	RemoveLeftovers()
 
 	c.Dir = opts.Dir
 	if c.Dir == "" {
@@ -500,7 +504,7 @@ func (c *Cluster) Stop() {
 		_ = os.RemoveAll(c.etcdData)
 	}
 	if c.lock != nil {
-		c.lock.unlock()
+		c.lock.Unlock()
 	}
 }
 

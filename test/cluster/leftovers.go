@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,6 +14,48 @@ import (
 	"syscall"
 	"time"
 )
+
+// RemoveLeftovers removes what any local cluster on this machine left
+// behind when it was killed: the node's (removeNodeLeftovers) and the host
+// network's (removeHostNetwork). Start calls it first; call it only while
+// holding the machine lock.
+func RemoveLeftovers() {
+	removeNodeLeftovers()
+	removeHostNetwork()
+}
+
+// Leftovers describes what a local cluster left on this machine: container
+// processes, shims, mounts, state directories, cgroups, the bridge,
+// kube-proxy's tables and the kubelet's saved sysctls. It is empty when
+// nothing is left.
+func Leftovers() []string {
+	var left []string
+	if n := len(cgroupProcesses()); n > 0 {
+		left = append(left, fmt.Sprintf("%d processes in cgroup %s", n, cgroupRoot))
+	}
+	if n := len(shims()); n > 0 {
+		left = append(left, fmt.Sprintf("%d containerd shims", n))
+	}
+	for _, m := range mountPoints() {
+		if under(m, containerdRoot, containerdState, kubeletRoot) {
+			left = append(left, "mount "+m)
+		}
+	}
+	for _, d := range append([]string{containerdState, kubeletRoot, cniState, containerdRoot, sysctlSavePath}, cgroupDirs()...) {
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, d)
+		}
+	}
+	if _, err := os.Stat("/sys/class/net/" + BridgeName); err == nil {
+		left = append(left, "link "+BridgeName)
+	}
+	for _, t := range kubeProxyTables {
+		if exec.Command("nft", "list", "table", t[0], t[1]).Run() == nil {
+			left = append(left, "nftables table "+t[0]+" "+t[1])
+		}
+	}
+	return left
+}
 
 // removeNodeLeftovers undoes what the node's programs leave behind when
 // they stop or are killed: every container process (found by its cgroup
@@ -81,10 +124,9 @@ func makeCgroupRoot() error {
 	return nil
 }
 
-// killCgroupProcesses SIGKILLs every process in a cgroup under cgroupRoot
-// and returns how many it found.
-func killCgroupProcesses() int {
-	n := 0
+// cgroupProcesses are the processes in a cgroup under cgroupRoot.
+func cgroupProcesses() []int {
+	var pids []int
 	for _, root := range cgroupDirs() {
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
@@ -93,19 +135,29 @@ func killCgroupProcesses() int {
 			b, _ := os.ReadFile(path)
 			for _, f := range bytes.Fields(b) {
 				if pid, err := strconv.Atoi(string(f)); err == nil && pid > 1 {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-					n++
+					pids = append(pids, pid)
 				}
 			}
 			return nil
 		})
 	}
-	return n
+	return pids
 }
 
-// killShims SIGKILLs the runc shims started by this package's containerd
-// (they name its socket on their command line).
-func killShims() {
+// killCgroupProcesses SIGKILLs every process in a cgroup under cgroupRoot
+// and returns how many it found.
+func killCgroupProcesses() int {
+	pids := cgroupProcesses()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
+}
+
+// shims are the runc shims started by this package's containerd (they
+// name its socket on their command line).
+func shims() []int {
+	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
@@ -113,8 +165,16 @@ func killShims() {
 			continue
 		}
 		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			pids = append(pids, pid)
 		}
+	}
+	return pids
+}
+
+// killShims SIGKILLs the shims.
+func killShims() {
+	for _, pid := range shims() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
@@ -161,13 +221,20 @@ func unmountUnder(dirs ...string) {
 	points := mountPoints()
 	slices.Reverse(points)
 	for _, m := range points {
-		for _, d := range dirs {
-			if m == d || strings.HasPrefix(m, d+"/") {
-				_ = syscall.Unmount(m, syscall.MNT_DETACH)
-				break
-			}
+		if under(m, dirs...) {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
 		}
 	}
+}
+
+// under reports whether path is one of dirs or below one.
+func under(path string, dirs ...string) bool {
+	for _, d := range dirs {
+		if path == d || strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // removeCgroups removes the cgroups under cgroupRoot, children first.

@@ -88,13 +88,17 @@ func run(name string, args ...string) error {
 	return nil
 }
 
-// machineLock serialises local clusters on one machine: they share the
-// bridge, the address plan and kube-proxy's tables.
-type machineLock struct{ f *os.File }
+// MachineLock serialises local clusters on one machine: they share the
+// bridge, the address plan, kube-proxy's tables and the node's state
+// directories.
+type MachineLock struct{ f *os.File }
 
 const lockPath = "/run/ebb-local-cluster.lock"
 
-func lockMachine(logf func(string, ...any)) (*machineLock, error) {
+// LockMachine takes the machine lock, waiting for another cluster to stop.
+// Start takes it itself unless Options.MachineLocked says the caller (or a
+// parent process) holds it.
+func LockMachine(logf func(string, ...any)) (*MachineLock, error) {
 	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", lockPath, err)
@@ -106,10 +110,11 @@ func lockMachine(logf func(string, ...any)) (*machineLock, error) {
 			return nil, fmt.Errorf("lock %s: %w", lockPath, err)
 		}
 	}
-	return &machineLock{f: f}, nil
+	return &MachineLock{f: f}, nil
 }
 
-func (l *machineLock) unlock() {
+// Unlock releases the lock.
+func (l *MachineLock) Unlock() {
 	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	l.f.Close()
 }
