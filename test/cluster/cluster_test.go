@@ -129,6 +129,15 @@ func TestDeploymentServesThroughService(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Deployment created → 2 ready endpoints in %s", time.Since(begin).Round(time.Millisecond))
+	// The kubelet's word on the image: pulled from the cluster's registry
+	// (and how long it took), or already present.
+	events, err := lc.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Pulled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		t.Logf("kubelet: %s", e.Message)
+	}
 
 	pods := podsOf(t, ns, name)
 	if len(pods) != 2 {
