@@ -48,23 +48,6 @@ func (c *Cluster) Exec(ctx context.Context, pod *corev1.Pod, argv ...string) ([]
 	return stdout.Bytes(), nil
 }
 
-// PodPID is a process of a running pod (its sandbox's or a container's),
-// found by the pod's cgroup under the kubelet's cgroup root.
-func PodPID(pod *corev1.Pod) (int, error) {
-	for _, dir := range cgroupDirs() {
-		for _, qos := range []string{"", "burstable/", "besteffort/"} {
-			procs, _ := filepath.Glob(filepath.Join(dir, "kubepods", qos+"pod"+string(pod.UID), "*", "cgroup.procs"))
-			for _, p := range procs {
-				b, _ := os.ReadFile(p)
-				if f := bytes.Fields(b); len(f) > 0 {
-					return strconv.Atoi(string(f[0]))
-				}
-			}
-		}
-	}
-	return 0, fmt.Errorf("no process of pod %s/%s (uid %s) under cgroup %s", pod.Namespace, pod.Name, pod.UID, cgroupRoot)
-}
-
 // WaitFor polls cond every 50 ms until it returns true, an error, or
 // timeout passes; the error names what was awaited and the last state.
 func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
