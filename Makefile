@@ -133,6 +133,7 @@ KEDA_SRC   := $(BIN)/keda-src
 $(KEDA_BINS) &: test/tools/keda/go.mod test/tools/keda/go.sum $(KEDA_PATCH) | debs
 	@mkdir -p $(BIN)
 	@echo ">> building the KEDA operator and metrics adapter (github.com/kedacore/keda/v2 plus $(KEDA_PATCH); ~10 min cold, seconds when cached)"
+	cd test/tools/keda && $(GO) mod download github.com/kedacore/keda/v2
 	rm -rf $(KEDA_SRC) && cp -r $$(cd test/tools/keda && $(GO) list -m -f '{{.Dir}}' github.com/kedacore/keda/v2) $(KEDA_SRC) && chmod -R u+w $(KEDA_SRC)
 	patch -s -d $(KEDA_SRC) -p1 < $(KEDA_PATCH)
 	cp test/tools/keda/go.mod $(BIN)/keda-build.mod && cp test/tools/keda/go.sum $(BIN)/keda-build.sum
