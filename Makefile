@@ -20,10 +20,10 @@ KUBE_BINS  := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-p
 NODE_BINS  := $(BIN)/containerd $(BIN)/containerd-shim-runc-v2
 KEDA_BINS  := $(BIN)/keda-operator $(BIN)/keda-adapter
 DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck $(BIN)/actionlint
-IMAGE_BINS := $(BIN)/ko $(BIN)/crane
+IMAGE_BINS := $(BIN)/ko
 # name:command, or name:path for packages that put nothing on PATH.
 DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:patch nginx-light:nginx \
-	runc:runc containernetworking-plugins:/usr/lib/cni/bridge
+	runc:runc containernetworking-plugins:/usr/lib/cni/bridge ca-certificates:/etc/ssl/certs/ca-certificates.crt
 TEST_FLAGS ?= -count=1 -timeout 80m
 # Fuzz targets (package:Target) run for TEST_FUZZTIME each by `make test`
 # and for FUZZTIME each by `make fuzz`; the differential ones compare the
@@ -60,7 +60,7 @@ build: ## Build ebb's binaries and the test app into bin/.
 	$(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
 	$(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ebb-test-app ./test/app
 
-# KO_DOCKER_REPO (none: tarballs), PLATFORMS (linux/amd64) and IMAGE_TAG
+# KO_DOCKER_REPO (none: tarballs), PLATFORMS (this machine's linux/<arch>) and IMAGE_TAG
 # (dev) choose what is built and where; test/images/doc.go says more.
 .PHONY: images
 images: $(IMAGE_BINS) ## Build ebb's images with ko into bin/images/<name>.tar, or push them to KO_DOCKER_REPO.
@@ -91,7 +91,7 @@ tools: debs $(KUBE_BINS) $(NODE_BINS) $(BIN)/coredns $(KEDA_BINS) $(BIN)/k8s/kub
 
 .PHONY: debs
 debs: ## Install the Debian packages the local cluster and benchmarks use.
-	@missing=""; for p in $(DEB_PKGS); do command -v $${p#*:} >/dev/null || missing="$$missing $${p%%:*}"; done; \
+	@missing=""; for p in $(DEB_PKGS); do c=$${p#*:}; { [ -e "$$c" ] || command -v "$$c" >/dev/null; } || missing="$$missing $${p%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 		echo ">> apt-get install$$missing"; \
 		export DEBIAN_FRONTEND=noninteractive; \
@@ -156,8 +156,8 @@ $(DEV_BINS) &: test/tools/dev/go.mod test/tools/dev/go.sum
 
 $(IMAGE_BINS) &: test/tools/images/go.mod test/tools/images/go.sum
 	@mkdir -p $(BIN)
-	@echo ">> building ko and crane (~2 min cold)"
-	cd test/tools/images && GOBIN=$(BIN) $(GO) install github.com/google/ko github.com/google/go-containerregistry/cmd/crane
+	@echo ">> building ko (~2 min cold)"
+	cd test/tools/images && GOBIN=$(BIN) $(GO) install github.com/google/ko
 	@touch $(IMAGE_BINS)
 
 $(BIN)/helm: test/tools/helm/go.mod test/tools/helm/go.sum

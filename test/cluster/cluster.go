@@ -63,13 +63,12 @@ type Cluster struct {
 	ca       *authority
 	logf     func(string, ...any)
 	procs    map[string]*process
-	net      *hostNetwork
 	registry *imageRegistry
 	lock     *MachineLock
 	started  time.Time
 	stopped  bool
 
-	etcdURL, etcdData  string
+	etcdURL            string
 	kedaMetricsService string
 	// resolvConf makes the programs that run on the node outside any pod
 	// resolve Service names through the cluster DNS (startWithClusterDNS).
@@ -110,6 +109,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	// The kubelet runs on cgroup v1 hierarchies here (failCgroupV1: false),
+	// and clean-up finds pods' processes through them.
+	if _, err := os.Stat("/sys/fs/cgroup/pids/cgroup.procs"); err != nil {
+		return nil, errors.New("the local cluster needs cgroup v1 hierarchies (no /sys/fs/cgroup/pids), as on the project's machines; a cgroup v2-only machine is not supported yet")
+	}
 	var lock *MachineLock
 	if !opts.MachineLocked {
 		if lock, err = LockMachine(logf); err != nil {
@@ -124,7 +128,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 	// What a killed run left behind goes first.
-	RemoveLeftovers()
+	if err := RemoveLeftovers(); err != nil {
+		return c, err
+	}
+	if err := saveSysctls(); err != nil {
+		return c, err
+	}
 
 	c.Dir = opts.Dir
 	if c.Dir == "" {
@@ -137,7 +146,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return c, fmt.Errorf("cluster dir: %w", err)
 		}
 	}
-	if c.net, err = setupHostNetwork(); err != nil {
+	if err := setupHostNetwork(); err != nil {
 		return c, err
 	}
 	if c.registry, err = startRegistry(ctx, filepath.Join(binDir, "images")); err != nil {
@@ -308,7 +317,7 @@ func (c *Cluster) startEtcd(ctx context.Context, etcd string) error {
 		data = filepath.Join(c.Dir, "etcd")
 	}
 	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	c.etcdURL, c.etcdData = client, data
+	c.etcdURL = client
 	p, err := c.start("etcd", []string{"ETCD_UNSUPPORTED_ARCH="}, etcd,
 		"--data-dir", data, "--name", "ebb",
 		"--listen-client-urls", client, "--advertise-client-urls", client,
@@ -482,26 +491,17 @@ func (c *Cluster) Stop() {
 			p.stop(5 * time.Second)
 		}
 	}
-	for range 50 {
-		if killCgroupProcesses() == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	killContainers()
 	for _, name := range []string{"containerd", "coredns", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		if p := c.procs[name]; p != nil {
 			p.stop(5 * time.Second)
 		}
 	}
-	removeNodeLeftovers()
+	if err := RemoveLeftovers(); err != nil {
+		c.logf("stop: %v", err)
+	}
 	if c.registry != nil {
 		c.registry.stop()
-	}
-	if c.net != nil {
-		c.net.teardown()
-	}
-	if c.etcdData != "" && strings.HasPrefix(c.etcdData, "/dev/shm/") {
-		_ = os.RemoveAll(c.etcdData)
 	}
 	if c.lock != nil {
 		c.lock.Unlock()

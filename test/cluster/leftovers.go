@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,18 +17,33 @@ import (
 )
 
 // RemoveLeftovers removes what any local cluster on this machine left
-// behind when it was killed: the node's (removeNodeLeftovers) and the host
-// network's (removeHostNetwork). Start calls it first; call it only while
-// holding the machine lock.
-func RemoveLeftovers() {
+// behind, when it stopped or was killed: the node's (removeNodeLeftovers),
+// the host network's (removeHostNetwork), etcd's data in memory, and the
+// kernel settings it changed. It returns an error naming what it could not
+// remove. Start calls it first and Stop last; call it only while holding
+// the machine lock.
+func RemoveLeftovers() error {
 	removeNodeLeftovers()
 	removeHostNetwork()
+	etcd, _ := filepath.Glob(etcdDataGlob)
+	for _, d := range etcd {
+		_ = os.RemoveAll(d)
+	}
+	err := restoreSysctls()
+	if left := Leftovers(); len(left) > 0 {
+		return errors.Join(err, fmt.Errorf("a local cluster's leftovers could not all be removed: %s", strings.Join(left, "; ")))
+	}
+	return err
 }
 
+// etcdDataGlob matches the in-memory data directories of local clusters'
+// etcd.
+const etcdDataGlob = "/dev/shm/ebb-etcd-*"
+
 // Leftovers describes what a local cluster left on this machine: container
-// processes, shims, mounts, state directories, cgroups, the bridge,
-// kube-proxy's tables and the kubelet's saved sysctls. It is empty when
-// nothing is left.
+// processes, shims, mounts, state directories, cgroups, etcd's data, the
+// bridge, kube-proxy's tables and the saved kernel settings not yet
+// restored. It is empty when nothing is left.
 func Leftovers() []string {
 	var left []string
 	if n := len(cgroupProcesses()); n > 0 {
@@ -41,7 +57,8 @@ func Leftovers() []string {
 			left = append(left, "mount "+m)
 		}
 	}
-	for _, d := range append([]string{containerdState, kubeletRoot, cniState, containerdRoot, sysctlSavePath}, cgroupDirs()...) {
+	etcd, _ := filepath.Glob(etcdDataGlob)
+	for _, d := range append(append([]string{containerdState, kubeletRoot, cniState, containerdRoot, sysctlSavePath}, cgroupDirs()...), etcd...) {
 		if _, err := os.Stat(d); err == nil {
 			left = append(left, d)
 		}
@@ -61,23 +78,32 @@ func Leftovers() []string {
 // they stop or are killed: every container process (found by its cgroup
 // under cgroupRoot), containerd's shims, the mounts under the node's state
 // directories (overlay roots, pod volumes, network namespaces), those
-// directories, the pods' cgroups and the kubelet's kernel settings. It
+// directories, and the pods' cgroups. A directory that still has a mount
+// under it is left alone (RemoveAll would delete through the mount). It
 // touches nothing outside the paths this package owns and is safe to call
 // when nothing is left.
 func removeNodeLeftovers() {
+	killContainers()
+	killShims()
+	unmountUnder(containerdRoot, containerdState, kubeletRoot)
+	mounts := mountPoints()
+	for _, d := range []string{containerdState, kubeletRoot, cniState, containerdRoot} {
+		if !slices.ContainsFunc(mounts, func(m string) bool { return under(m, d) }) {
+			_ = os.RemoveAll(d)
+		}
+	}
+	removeCgroups()
+}
+
+// killContainers SIGKILLs the processes in cgroups under cgroupRoot until
+// none is left, for at most 5 s.
+func killContainers() {
 	for range 50 {
 		if killCgroupProcesses() == 0 {
-			break
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	killShims()
-	unmountUnder(containerdRoot, containerdState, kubeletRoot)
-	for _, d := range []string{containerdState, kubeletRoot, cniState, containerdRoot} {
-		_ = os.RemoveAll(d)
-	}
-	removeCgroups()
-	restoreSysctls()
 }
 
 // cgroupHierarchies are the mounted cgroup hierarchies (v1 controllers and

@@ -28,20 +28,11 @@ var kubeProxyTables = [][2]string{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}
 
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 
-// hostNetwork is what setupHostNetwork changed, so teardown can undo exactly that.
-type hostNetwork struct {
-	oldForward []byte
-}
-
 // setupHostNetwork makes the pod bridge and routes the Service range to it
 // before anything starts, so a request to a ClusterIP that kube-proxy has not
-// programmed yet stays on this machine.
-func setupHostNetwork() (*hostNetwork, error) {
-	old, err := os.ReadFile(ipForwardPath)
-	if err != nil {
-		return nil, fmt.Errorf("read ip_forward: %w", err)
-	}
-	h := &hostNetwork{oldForward: old}
+// programmed yet stays on this machine, and turns on ip_forward (saved
+// first by saveSysctls). removeHostNetwork undoes it.
+func setupHostNetwork() error {
 	steps := [][]string{
 		{"ip", "link", "add", BridgeName, "type", "bridge"},
 		{"ip", "addr", "add", BridgeIP + "/16", "dev", BridgeName},
@@ -50,24 +41,15 @@ func setupHostNetwork() (*hostNetwork, error) {
 	}
 	for _, s := range steps {
 		if err := run(s[0], s[1:]...); err != nil {
-			h.teardown()
-			return nil, err
+			removeHostNetwork()
+			return err
 		}
 	}
 	if err := os.WriteFile(ipForwardPath, []byte("1\n"), 0o644); err != nil {
-		h.teardown()
-		return nil, fmt.Errorf("enable ip_forward: %w", err)
+		removeHostNetwork()
+		return fmt.Errorf("enable ip_forward: %w", err)
 	}
-	return h, nil
-}
-
-// teardown removes the bridge (its routes go with it), kube-proxy's tables
-// and restores ip_forward.
-func (h *hostNetwork) teardown() {
-	removeHostNetwork()
-	if h.oldForward != nil {
-		_ = os.WriteFile(ipForwardPath, h.oldForward, 0o644)
-	}
+	return nil
 }
 
 // removeHostNetwork deletes what any run of this package may have left: the

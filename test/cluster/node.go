@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -58,9 +57,10 @@ func (c *Cluster) startContainerd(ctx context.Context, bin, registry string) err
 		}
 	}
 	// The chart's image names stay as released; containerd fetches them from
-	// the local registry instead of ghcr.io.
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n",
-		"https://ghcr.io", "http://"+registry)
+	// the local registry, and never from ghcr.io: an image missing there
+	// fails to pull at once instead of leaving the machine.
+	local := "http://" + registry
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", local, local)
 	if err := os.WriteFile(filepath.Join(certs, "ghcr.io", "hosts.toml"), []byte(hosts), 0o644); err != nil {
 		return fmt.Errorf("containerd config: %w", err)
 	}
@@ -130,48 +130,6 @@ oom_score = 0
 		}
 		return err
 	})
-}
-
-// kubeletSysctls are the kernel settings the kubelet rewrites at every
-// start; their values before the first start are restored at clean-up.
-var kubeletSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
-
-// sysctlSavePath keeps those values across a killed run.
-const sysctlSavePath = "/run/ebb-local-cluster.sysctl"
-
-// saveSysctls records the kubelet's sysctls unless a killed run already did
-// (then the values on file are the machine's own, and the current ones are
-// the kubelet's).
-func saveSysctls() error {
-	if _, err := os.Stat(sysctlSavePath); err == nil {
-		return nil
-	}
-	var b strings.Builder
-	for _, k := range kubeletSysctls {
-		v, err := os.ReadFile(filepath.Join("/proc/sys", k))
-		if err != nil {
-			return fmt.Errorf("read sysctl %s: %w", k, err)
-		}
-		fmt.Fprintf(&b, "%s=%s\n", k, strings.TrimSpace(string(v)))
-	}
-	if err := os.WriteFile(sysctlSavePath, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("save sysctls: %w", err)
-	}
-	return nil
-}
-
-// restoreSysctls writes back what saveSysctls recorded and forgets it.
-func restoreSysctls() {
-	b, err := os.ReadFile(sysctlSavePath)
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			_ = os.WriteFile(filepath.Join("/proc/sys", k), []byte(v+"\n"), 0o644)
-		}
-	}
-	_ = os.Remove(sysctlSavePath)
 }
 
 // startKubelet registers the node with the API server under a node
@@ -245,9 +203,6 @@ authorization:
 	path := filepath.Join(dir, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return "", fmt.Errorf("kubelet config: %w", err)
-	}
-	if err := saveSysctls(); err != nil {
-		return "", err
 	}
 	if err := makeCgroupRoot(); err != nil {
 		return "", err

@@ -89,10 +89,13 @@ func coldStartFigures(t *testing.T, a *install.AppAtZero, what string) time.Dura
 			t.Fatalf("cold start %d: pod creation not observed:\n%s", i+1, tl)
 		}
 		keda, _ := tl.Since(install.EventFirstRequest, install.EventReplicas1)
-		kubeletReady, _ := tl.Since(install.EventAppAnswers, install.EventPodReady)
+		kubeletReady, ready := tl.Since(install.EventAppAnswers, install.EventPodReady)
 		beyondApp := served - max(startup, 0)
 		ebbPart := beyondApp - kubeletStart
-		seen, kubeletStarts, ebbs, kubeletReadies = append(seen, beyondApp), append(kubeletStarts, kubeletStart), append(ebbs, ebbPart), append(kubeletReadies, kubeletReady)
+		seen, kubeletStarts, ebbs = append(seen, beyondApp), append(kubeletStarts, kubeletStart), append(ebbs, ebbPart)
+		if ready {
+			kubeletReadies = append(kubeletReadies, kubeletReady)
+		}
 		fmt.Fprintf(&table, "  %3d  %11s  %17s  %10s  %23s  %10s  %15s  %21s\n", i+1, served.Round(time.Millisecond), startup.Round(time.Millisecond),
 			beyondApp.Round(time.Millisecond), kubeletStart.Round(time.Millisecond), ebbPart.Round(time.Millisecond), keda.Round(time.Millisecond), kubeletReady.Round(time.Millisecond))
 		if err := ebb.WaitAtZero(ctx, lc, a, 2*time.Minute); err != nil {
@@ -104,17 +107,20 @@ func coldStartFigures(t *testing.T, a *install.AppAtZero, what string) time.Dura
 		time.Sleep(2 * time.Second)
 	}
 	p50 := median(ebbs)
-	t.Logf("cold start (%s) over %d cold starts, p50: %s beyond the app's own start-up = %s the kubelet's pod start + %s ebb's part (max %s); app answers → pod Ready %s\n%s",
+	t.Logf("cold start (%s) over %d cold starts, p50: %s beyond the app's own start-up = %s the kubelet's pod start + %s ebb's part (max %s); app answers → pod Ready %s (seen %d times)\n%s",
 		what, runs, median(seen).Round(time.Millisecond), median(kubeletStarts).Round(time.Millisecond), p50.Round(time.Millisecond),
-		ebbs[len(ebbs)-1].Round(time.Millisecond), median(kubeletReadies).Round(time.Millisecond), table.String())
+		slices.Max(ebbs).Round(time.Millisecond), median(kubeletReadies).Round(time.Millisecond), len(kubeletReadies), table.String())
 	if p50 > 500*time.Millisecond {
 		t.Errorf("cold start (%s), ebb's part: p50 = %s, want ≤ 500ms", what, p50)
 	}
 	return p50
 }
 
-// median of d, which it sorts.
+// median of d, which it sorts; 0 if d is empty.
 func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
 	slices.Sort(d)
 	return d[len(d)/2]
 }

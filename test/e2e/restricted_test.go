@@ -8,7 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
@@ -20,7 +22,8 @@ import (
 // and of an app pod's injected sidecar runs as uid/gid 65532 with no
 // effective capability on a read-only root filesystem, in cgroups that
 // carry its container's memory limit and CPU request (and no CPU quota,
-// as the chart sets no CPU limit).
+// as the chart sets no CPU limit); and both namespaces refuse a privileged
+// pod.
 func TestRestrictedAsTheNodeRunsIt(t *testing.T) {
 	ctx := t.Context()
 	a := deployAtZero(t, "e2e-restricted", "locked")
@@ -81,18 +84,39 @@ func TestRestrictedAsTheNodeRunsIt(t *testing.T) {
 			if !p.ReadOnlyRoot {
 				t.Errorf("%s/%s: root filesystem is writable", pod.Name, ctr.Name)
 			}
-			if mem := ctr.Resources.Limits.Memory(); !mem.IsZero() && p.MemoryLimit != mem.Value() {
+			// The chart gives every ebb container a memory limit and a CPU
+			// request, and no CPU limit.
+			mem, cpu := ctr.Resources.Limits.Memory(), ctr.Resources.Requests.Cpu()
+			if mem.IsZero() || cpu.IsZero() || !ctr.Resources.Limits.Cpu().IsZero() {
+				t.Errorf("%s/%s: resources %+v, want the chart's memory limit and CPU request, no CPU limit", pod.Name, ctr.Name, ctr.Resources)
+				continue
+			}
+			if p.MemoryLimit != mem.Value() {
 				t.Errorf("%s/%s: memory cgroup limit %d, want the container's limit %d", pod.Name, ctr.Name, p.MemoryLimit, mem.Value())
 			}
-			if cpu := ctr.Resources.Requests.Cpu(); !cpu.IsZero() && p.CPUShares != cpu.MilliValue()*1024/1000 {
+			if p.CPUShares != cpu.MilliValue()*1024/1000 {
 				t.Errorf("%s/%s: cpu.shares %d, want %d for a request of %s", pod.Name, ctr.Name, p.CPUShares, cpu.MilliValue()*1024/1000, cpu)
 			}
-			if p.CPUQuota != -1 {
-				t.Errorf("%s/%s: CFS quota %d µs, want none (no CPU limit)", pod.Name, ctr.Name, p.CPUQuota)
+			if p.CPUQuota != -1 || p.CPUShares < 0 {
+				t.Errorf("%s/%s: CFS quota %d µs (cpu cgroup read: %v), want none (no CPU limit)", pod.Name, ctr.Name, p.CPUQuota, p.CPUShares >= 0)
 			}
 		}
 	}
 	t.Logf("processes checked per container: %v", checked)
+	// And the namespaces enforce the profile: a privileged pod is refused.
+	for _, ns := range []string{ebb.Namespace, a.Namespace} {
+		bad := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "privileged", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "c", Image: "ghcr.io/ebb-dev/ebb-test-app:dev",
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+			}}},
+		}
+		_, err := lc.Client.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
+			t.Errorf("privileged pod in %s: %v, want Forbidden by Pod Security restricted", ns, err)
+		}
+	}
 	for _, want := range []string{"webhook", "activator", "scaler", inject.ContainerName} {
 		if checked[want] == 0 {
 			t.Errorf("no running process of container %q was found to check", want)

@@ -154,7 +154,7 @@ func (b builder) build(ctx context.Context, img image) (built, error) {
 		"--image-label=org.opencontainers.image.source=https://github.com/ebb-dev/ebb",
 		"--image-label=org.opencontainers.image.version=" + b.opts.tag}
 	if b.opts.repo != "" {
-		out, err := b.ko(ctx, b.opts.repo+"/"+img.name, append(args, img.pkg))
+		out, err := b.ko(ctx, b.opts.repo+"/"+img.name, append(args, "--sbom=spdx", img.pkg))
 		if err != nil {
 			return built{}, fmt.Errorf("%s: %w", img.name, err)
 		}

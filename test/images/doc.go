@@ -14,7 +14,7 @@
 // and <repo>/<name>:<tag>, for every platform asked for.
 //
 // Options (flag, then env, then default): --repo/KO_DOCKER_REPO (none),
-// --platforms/PLATFORMS (linux/amd64; several need a repository),
+// --platforms/PLATFORMS (linux/<this machine's arch>; several need a repository),
 // --tag/IMAGE_TAG (dev), --bin-dir/EBB_BIN_DIR (<module root>/bin: where
 // ko is, and where images/ and ko's cache, ko-cache/, go).
 package main

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -24,7 +25,7 @@ type options struct {
 
 func parseOptions(args []string, getenv func(string) string) (options, error) {
 	o := options{tag: "dev"}
-	platforms := "linux/amd64"
+	platforms := "linux/" + runtime.GOARCH // the machine's own, for its local cluster
 	var problems []error
 	fs := flag.NewFlagSet("images", flag.ContinueOnError)
 	str := func(p *string, name, env, usage string) {

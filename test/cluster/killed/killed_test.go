@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -79,8 +84,14 @@ func TestKilledRunLeavesNothingAfterCleanUp(t *testing.T) {
 	}
 	defer lock.Unlock()
 
+	// From a clean machine (what an earlier killed run left goes first).
+	if err := cluster.RemoveLeftovers(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive this test
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -112,9 +123,62 @@ func TestKilledRunLeavesNothingAfterCleanUp(t *testing.T) {
 	}
 
 	begin := time.Now()
-	cluster.RemoveLeftovers()
-	if left := cluster.Leftovers(); len(left) > 0 {
-		t.Errorf("after clean-up, still there:\n  %s", strings.Join(left, "\n  "))
+	if err := cluster.RemoveLeftovers(); err != nil {
+		t.Error(err)
 	}
 	t.Logf("clean-up took %s", time.Since(begin).Round(time.Millisecond))
+	// Seen by this test's own eyes, not the package's: the machine is as
+	// it was before the cluster started.
+	if diff := cmp.Diff(before, snapshot(t)); diff != "" {
+		t.Errorf("the machine after clean-up differs from before the run (-before +after):\n%s", diff)
+	}
+}
+
+// machine is what a local cluster may change on the machine.
+type machine struct {
+	Mounts, Links, Shm, Cgroups, NetNS []string
+	Sysctls                            map[string]string
+	NFTables                           string
+}
+
+func snapshot(t *testing.T) machine {
+	t.Helper()
+	m := machine{Sysctls: map[string]string{}}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			m.Mounts = append(m.Mounts, f[4])
+		}
+	}
+	m.Links = names(t, "/sys/class/net/*")
+	m.Shm = names(t, "/dev/shm/*")
+	m.Cgroups = names(t, "/sys/fs/cgroup/*/*/")
+	m.NetNS = names(t, "/run/netns/*")
+	for _, k := range []string{"net/ipv4/ip_forward", "vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic",
+		"kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"} {
+		v, err := os.ReadFile("/proc/sys/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Sysctls[k] = strings.TrimSpace(string(v))
+	}
+	out, err := exec.Command("nft", "list", "tables").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.NFTables = string(out)
+	slices.Sort(m.Mounts)
+	return m
+}
+
+func names(t *testing.T, pattern string) []string {
+	t.Helper()
+	found, err := filepath.Glob(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
 }

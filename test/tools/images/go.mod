@@ -1,14 +1,11 @@
-// Module images builds the image tools: ko, which builds ebb's images, and
-// crane (go-containerregistry), which makes the base and pause images and
-// serves the local cluster's registry.
+// Module images pins ko, which `make images` (test/images) runs to build
+// ebb's images; the base image and the registries are go-containerregistry,
+// used as a library by the main module.
 module github.com/ebb-dev/ebb/test/tools/images
 
 go 1.26.3
 
-tool (
-	github.com/google/go-containerregistry/cmd/crane
-	github.com/google/ko
-)
+tool github.com/google/ko
 
 require (
 	al.essio.dev/pkg/shellescape v1.6.0 // indirect
