@@ -32,6 +32,9 @@ func saveSysctls() error {
 	var b strings.Builder
 	for _, k := range changedSysctls {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", k))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // this kernel has no such setting; nothing will change it
+		}
 		if err != nil {
 			return fmt.Errorf("read sysctl %s: %w", k, err)
 		}
