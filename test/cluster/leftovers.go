@@ -92,7 +92,15 @@ func removeNodeLeftovers() {
 			_ = os.RemoveAll(d)
 		}
 	}
-	removeCgroups()
+	// A cgroup goes once its last process has exited, which can take a
+	// moment after SIGKILL.
+	for range 20 {
+		if removeCgroups(); len(cgroupDirs()) == 0 {
+			return
+		}
+		killCgroupProcesses()
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // killContainers SIGKILLs the processes in cgroups under cgroupRoot until
