@@ -858,12 +858,36 @@ func TestChunkedResponseToHTTP10Is502(t *testing.T) {
 // carried a streamed request body and then a response longer than the idle
 // timeout goes back to the pool without the write deadline of that upload:
 // the next request on it is sent, not failed.
+//
+// The app answers only after it read the whole body, but the engine may
+// still see that answer before its own write of the body returned; it
+// then counts the response as early and drops the connection (safe, and
+// then the pooled path is not exercised). On a loaded machine that
+// happened about once in 50 runs, so the scenario gets three tries to reuse
+// the connection; every answer must be right in each.
 func TestPooledConnectionAfterAStreamedUploadIsClean(t *testing.T) {
+	var seen [][]string
+	for range 3 {
+		got := uploadThenFresh(t)
+		if len(got) == 1 {
+			return
+		}
+		seen = append(seen, got)
+	}
+	t.Errorf("in 3 tries the pooled connection was never reused; what the app's connections saw: %q", seen)
+}
+
+// uploadThenFresh streams an upload whose response outlasts the idle
+// timeout, then sends a second client's request, and returns what each of
+// the app's connections received.
+func uploadThenFresh(t *testing.T) []string {
+	t.Helper()
 	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
 		if req.URL.Path != "/up" {
 			echoPath(c, req)
 			return
 		}
+		time.Sleep(50 * time.Millisecond) // the body's write has returned, mostly
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 		for range 6 {
 			time.Sleep(100 * time.Millisecond)
@@ -882,7 +906,5 @@ func TestPooledConnectionAfterAStreamedUploadIsClean(t *testing.T) {
 		t.Fatalf("upload: %q", got)
 	}
 	fresh(t, e, "/b")
-	if n := len(app.received()); n != 1 {
-		t.Errorf("the app saw %d connections, want 1 (the pooled one reused)", n)
-	}
+	return app.received()
 }
