@@ -31,6 +31,13 @@ import (
 // holder that cannot serve) reconciles the slices.
 const crashRemovalBound = 2 * time.Second
 
+// kubeProxyLag is how long after a removal kube-proxy may still route to
+// the removed address: its minimum sync period (1 s) plus the time it takes
+// to apply the rules, up to a second on these 2-core machines while other
+// test packages run (3 of 1,156 requests were refused between 1 and 2 s in
+// one fresh-clone CI run).
+const kubeProxyLag = 2 * time.Second
+
 // TestActivatorProcessCrash: an app that cannot start stays behind the
 // activators' hand-off slice while a request goes to its Service every
 // 20 ms. The activator process holding the Lease is killed (SIGKILL, as an
@@ -53,7 +60,7 @@ func TestActivatorProcessCrash(t *testing.T) {
 	for round := range 3 {
 		// Both activators in the slice, kube-proxy up to date.
 		waitBothActivatorsInSlice(t, a)
-		time.Sleep(1500 * time.Millisecond) // kube-proxy's minimum sync period is 1 s
+		time.Sleep(kubeProxyLag) // kube-proxy has both
 		victim, err := victimPod(ctx, round)
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +96,7 @@ func TestActivatorProcessCrash(t *testing.T) {
 	sum := tr.summary()
 	t.Log(sum.String())
 	if sum.refusedAfterSync > 0 {
-		t.Errorf("%d requests refused or reset after kube-proxy had the slice without the crashed activator (1 s after its removal)", sum.refusedAfterSync)
+		t.Errorf("%d requests refused or reset after kube-proxy had the slice without the crashed activator (%s after its removal)", sum.refusedAfterSync, kubeProxyLag)
 	}
 	if sum.sent < 100 {
 		t.Errorf("only %d requests sent: the traffic did not run", sum.sent)
@@ -216,8 +223,8 @@ type trafficSummary struct {
 }
 
 func (s trafficSummary) String() string {
-	return fmt.Sprintf("traffic: %d requests; %d held on a replica when it was killed (their connection died with it); %d new ones refused or reset (%d sent between a kill and kube-proxy's update 1 s after the removal, %d later); %d held until the client's timeout (the app never starts); %d other; windows kill → removal: %v",
-		s.sent, s.cut, s.refused, s.refusedInWindow, s.refusedAfterSync, s.held, s.other, s.windows)
+	return fmt.Sprintf("traffic: %d requests; %d held on a replica when it was killed (their connection died with it); %d new ones refused or reset (%d sent between a kill and kube-proxy's update within %s of the removal, %d later); %d held until the client's timeout (the app never starts); %d other; windows kill → removal: %v",
+		s.sent, s.cut, s.refused, s.refusedInWindow, kubeProxyLag, s.refusedAfterSync, s.held, s.other, s.windows)
 }
 
 // cutByKill reports whether a request was already on its way when an
@@ -232,8 +239,7 @@ func (tr *traffic) cutByKill(r sent) bool {
 }
 
 // summary classifies the requests: a refusal counts against ebb only if it
-// was sent more than 1 s (kube-proxy's minimum sync period) after the
-// removal that preceded it.
+// was sent more than kubeProxyLag after the removal that preceded it.
 func (tr *traffic) summary() trafficSummary {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -250,7 +256,7 @@ func (tr *traffic) summary() trafficSummary {
 			s.refused++
 			inWindow := false
 			for _, w := range tr.windows {
-				if !r.at.Before(w[0]) && r.at.Before(w[1].Add(time.Second)) {
+				if !r.at.Before(w[0]) && r.at.Before(w[1].Add(kubeProxyLag)) {
 					inWindow = true
 				}
 			}
