@@ -1,8 +1,8 @@
 package activator
 
 import (
+	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/stats"
 )
 
@@ -53,8 +55,7 @@ type Options struct {
 	// port of Listen.
 	HandoffPort    int
 	LeaderElection bool
-	LogLevel       string
-	LogFormat      string
+	Log            logging.Options
 	// PodName, PodNamespace, PodIP come from the downward API.
 	PodName, PodNamespace, PodIP string
 }
@@ -75,112 +76,58 @@ func DefaultOptions() Options {
 		SidecarAdminPort:  stats.DefaultAdminPort,
 		ActivatorSelector: DefaultSelector,
 		LeaderElection:    true,
-		LogLevel:          "info",
-		LogFormat:         "json",
+		Log:               logging.DefaultOptions(),
 		PodName:           host,
 		PodNamespace:      "default",
 	}
 }
 
 // ParseOptions fills Options from args (flag wins), then getenv, then
-// DefaultOptions, and returns every problem found at once.
+// DefaultOptions (package options says how), and returns every problem
+// found at once, or an error wrapping flag.ErrHelp for -h.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
-	o, _, err := parseOptions(args, getenv)
+	o := DefaultOptions()
+	o.PodName = cmp.Or(getenv("POD_NAME"), o.PodName)
+	o.PodNamespace = cmp.Or(getenv("POD_NAMESPACE"), o.PodNamespace)
+	o.PodIP = getenv("POD_IP")
+	err := o.bind(getenv).Parse(args, func() error {
+		if o.HandoffPort == 0 {
+			if _, p, err := net.SplitHostPort(o.Listen); err == nil {
+				o.HandoffPort, _ = strconv.Atoi(p)
+			}
+		}
+		return o.Validate()
+	})
 	return o, err
 }
 
-// Usage writes the flags and their environment variables to w.
+// Usage writes the flags, their environment variables and defaults to w.
 func Usage(w io.Writer) {
-	_, fs, _ := parseOptions(nil, func(string) string { return "" })
-	fmt.Fprintln(w, "Usage of ebb-activator:")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	o := DefaultOptions()
+	o.bind(func(string) string { return "" }).Usage(w)
 }
 
-func parseOptions(args []string, getenv func(string) string) (Options, *flag.FlagSet, error) {
-	o := DefaultOptions()
-	var problems []error
-	fs := flag.NewFlagSet("ebb-activator", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	str := func(p *string, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			*p = v
-		}
-		fs.StringVar(p, name, *p, usage+" (env "+env+")")
-	}
-	dur := func(p *time.Duration, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			if d, err := time.ParseDuration(v); err != nil {
-				problems = append(problems, fmt.Errorf("%s=%q: not a duration", env, v))
-			} else {
-				*p = d
-			}
-		}
-		fs.DurationVar(p, name, *p, usage+" (env "+env+")")
-	}
-	integer := func(p *int, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			if n, err := strconv.Atoi(v); err != nil {
-				problems = append(problems, fmt.Errorf("%s=%q: not an integer", env, v))
-			} else {
-				*p = n
-			}
-		}
-		fs.IntVar(p, name, *p, usage+" (env "+env+")")
-	}
-	boolean := func(p *bool, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			if b, err := strconv.ParseBool(v); err != nil {
-				problems = append(problems, fmt.Errorf("%s=%q: not a boolean", env, v))
-			} else {
-				*p = b
-			}
-		}
-		fs.BoolVar(p, name, *p, usage+" (env "+env+")")
-	}
-	var scalers string
-	str(&o.APIGroupSuffix, "api-group-suffix", "EBB_API_GROUP_SUFFIX", "group suffix of this ebb instance")
-	str(&o.Listen, "listen", "EBB_LISTEN", "address of the data port")
-	str(&o.AdminListen, "admin-listen", "EBB_ADMIN_LISTEN", "address of /healthz, /readyz, /metrics and /routing")
-	str(&o.Kubeconfig, "kubeconfig", "KUBECONFIG", "kubeconfig path; empty means in-cluster")
-	integer(&o.QueueSize, "queue-size", "EBB_QUEUE_SIZE", "requests held per app unless its AppRoute says otherwise")
-	integer(&o.MaxHeld, "max-held", "EBB_MAX_HELD", "requests held across every app")
-	dur(&o.ColdStartTimeout, "cold-start-timeout", "EBB_COLD_START_TIMEOUT", "how long a request is held unless its AppRoute says otherwise")
-	dur(&o.ProbeInterval, "probe-interval", "EBB_PROBE_INTERVAL", "period of /ready probes of not-ready sidecars while requests are held")
-	dur(&o.Resync, "resync", "EBB_RESYNC", "period of the full re-list of AppRoutes; not ready after 3 failed in a row")
-	dur(&o.DrainTimeout, "drain-timeout", "EBB_DRAIN_TIMEOUT", "longest drain after SIGTERM")
-	integer(&o.SidecarAdminPort, "sidecar-admin-port", "EBB_SIDECAR_ADMIN_PORT", "admin port of the app pods' sidecars, probed for /ready")
-	str(&scalers, "scaler-addresses", "EBB_SCALER_ADDRESSES", "comma-separated scaler host:port list to push held counts to")
-	str(&o.ScalerService, "scaler-service", "EBB_SCALER_SERVICE", "namespace/name:port of the scaler Service, whose ready endpoints get the pushes")
-	str(&o.ActivatorSelector, "activator-selector", "EBB_ACTIVATOR_SELECTOR", "label selector of this instance's activator pods in the pod's namespace")
-	integer(&o.HandoffPort, "handoff-port", "EBB_HANDOFF_PORT", "activator port in hand-off EndpointSlices (default: the port of --listen)")
-	boolean(&o.LeaderElection, "leader-election", "EBB_LEADER_ELECTION", "elect one replica to write hand-off slices and Propagated conditions")
-	str(&o.LogLevel, "log-level", "EBB_LOG_LEVEL", "debug, info, warn or error")
-	str(&o.LogFormat, "log-format", "EBB_LOG_FORMAT", "json or text")
-	o.PodName = cmpOr(getenv("POD_NAME"), o.PodName)
-	o.PodNamespace = cmpOr(getenv("POD_NAMESPACE"), o.PodNamespace)
-	o.PodIP = getenv("POD_IP")
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		return o, fs, err
-	} else if err != nil {
-		problems = append(problems, err)
-	} else if fs.NArg() > 0 {
-		problems = append(problems, fmt.Errorf("unexpected arguments: %q", fs.Args()))
-	}
-	for _, s := range strings.Split(scalers, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			o.ScalerAddresses = append(o.ScalerAddresses, s)
-		}
-	}
-	if o.HandoffPort == 0 {
-		if _, p, err := net.SplitHostPort(o.Listen); err == nil {
-			o.HandoffPort, _ = strconv.Atoi(p)
-		}
-	}
-	if err := o.Validate(); err != nil {
-		problems = append(problems, err)
-	}
-	return o, fs, errors.Join(problems...)
+func (o *Options) bind(getenv func(string) string) *options.Set {
+	s := options.New("ebb-activator", getenv)
+	s.String(&o.APIGroupSuffix, "api-group-suffix", "group suffix of this ebb instance")
+	s.String(&o.Listen, "listen", "address of the data port")
+	s.String(&o.AdminListen, "admin-listen", "address of /healthz, /readyz, /metrics and /routing")
+	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
+	s.Env("kubeconfig", "KUBECONFIG")
+	s.Int(&o.QueueSize, "queue-size", "requests held per app unless its AppRoute says otherwise")
+	s.Int(&o.MaxHeld, "max-held", "requests held across every app")
+	s.Duration(&o.ColdStartTimeout, "cold-start-timeout", "how long a request is held unless its AppRoute says otherwise")
+	s.Duration(&o.ProbeInterval, "probe-interval", "period of /ready probes of not-ready sidecars while requests are held")
+	s.Duration(&o.Resync, "resync", "period of the full re-list of AppRoutes; not ready after 3 failed in a row")
+	s.Duration(&o.DrainTimeout, "drain-timeout", "longest drain after SIGTERM")
+	s.Int(&o.SidecarAdminPort, "sidecar-admin-port", "admin port of the app pods' sidecars, probed for /ready")
+	s.List(&o.ScalerAddresses, "scaler-addresses", "comma-separated scaler host:port list to push held counts to")
+	s.String(&o.ScalerService, "scaler-service", "namespace/name:port of the scaler Service, whose ready endpoints get the pushes")
+	s.String(&o.ActivatorSelector, "activator-selector", "label selector of this instance's activator pods in the pod's namespace")
+	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
+	s.Bool(&o.LeaderElection, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
+	o.Log.Bind(s)
+	return s
 }
 
 // Validate returns every problem of o at once.
@@ -238,14 +185,7 @@ func (o Options) Validate() error {
 	if o.PodName == "" || o.PodNamespace == "" {
 		bad("POD_NAME and POD_NAMESPACE: both required (downward API)")
 	}
-	switch o.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("--log-level %q: want debug, info, warn or error", o.LogLevel)
-	}
-	if o.LogFormat != "json" && o.LogFormat != "text" {
-		bad("--log-format %q: want json or text", o.LogFormat)
-	}
+	problems = append(problems, o.Log.Validate())
 	return errors.Join(problems...)
 }
 

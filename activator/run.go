@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,14 +25,14 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
+	"github.com/ebb-dev/ebb/internal/logging"
 )
 
 // Run serves the activator until ctx ends, then drains held and proxied
@@ -44,9 +44,9 @@ func Run(ctx context.Context, opts Options) error {
 	names := groupsuffix.MustNew(opts.APIGroupSuffix)
 	log := newLogger(opts).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix())
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	cfg, err := kubeclient.Config(opts.Kubeconfig)
 	if err != nil {
-		return fmt.Errorf("kubernetes client configuration: %w", err)
+		return err
 	}
 	cfg.UserAgent = "ebb-activator"
 	cfg.QPS, cfg.Burst = 50, 100
@@ -375,6 +375,7 @@ func adminHandler(reg *prometheus.Registry, dp *DataPlane, src *sources, pod str
 }
 
 func newLogger(o Options) logr.Logger {
-	level := map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel, "warn": zapcore.WarnLevel, "error": zapcore.ErrorLevel}[o.LogLevel]
-	return zap.New(zap.UseDevMode(o.LogFormat == "text"), zap.Level(level)).WithName("ebb-activator")
+	log := logging.New(os.Stderr, "ebb-activator", o.Log)
+	kubeclient.RouteLogs(log, o.Log.Debug())
+	return log
 }

@@ -2,11 +2,9 @@ package scaler
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,11 +13,12 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/options"
 )
 
-// Options configures ebb-scaler. ParseOptions fills it from flags, with an
-// environment variable EBB_SCALER_<FLAG> (upper case, '-' as '_') for every
-// flag not given on the command line.
+// Options configures ebb-scaler. ParseOptions fills it from flags with
+// environment fallbacks.
 type Options struct {
 	GroupSuffix string
 
@@ -38,14 +37,13 @@ type Options struct {
 	TLSKeyFile      string // ...and key
 	TLSClientCAFile string // and require client certificates signed by this CA
 
-	Kubeconfig string // empty: in-cluster, then $KUBECONFIG / ~/.kube/config
-	LogFormat  string // json or console
-	LogLevel   int    // 0 info, 1 debug, ...
+	Kubeconfig string // empty: in-cluster, then ~/.kube/config
+	Log        logging.Options
 
 	// Set by programs that run the scaler in-process (tests); not flags.
 	RestConfig *rest.Config         // used instead of Kubeconfig
 	Client     kubernetes.Interface // used instead of RestConfig
-	Logger     *logr.Logger         // used instead of a zap logger
+	Logger     *logr.Logger         // used instead of one from Log
 }
 
 // DefaultOptions are the flag defaults.
@@ -61,76 +59,44 @@ func DefaultOptions() Options {
 		MaxRateWindow:   10 * time.Minute,
 		HoldGrace:       holdpush.DefaultGrace,
 		HoldStaleAfter:  holdpush.DefaultStaleAfter,
-		LogFormat:       "json",
+		Log:             logging.DefaultOptions(),
 	}
 }
 
-// EnvPrefix prefixes the environment fallback of every flag.
-const EnvPrefix = "EBB_SCALER_"
-
-// ParseOptions parses args (without the program name) with env fallbacks and
-// validates the result, returning every problem at once. It returns an error
-// wrapping flag.ErrHelp for -h.
+// ParseOptions parses args (without the program name) with environment
+// fallbacks (package options says how) and validates the result, returning
+// every problem at once, or an error wrapping flag.ErrHelp for -h.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	o := DefaultOptions()
-	fs := flagSet(&o)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("flags: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("flags: unexpected arguments %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := EnvName(f.Name)
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
-			}
-		}
-	})
-	if err := errors.Join(append(errs, o.Validate())...); err != nil {
-		return o, err
-	}
-	return o, nil
+	err := o.bind(getenv).Parse(args, func() error { return o.Validate() })
+	return o, err
 }
 
-// EnvName is the environment fallback of a flag.
-func EnvName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// Usage describes the flags.
+// Usage writes the flags, their environment variables and defaults to w.
 func Usage(w io.Writer) {
-	fmt.Fprintf(w, "Usage of ebb-scaler (every flag falls back to %s<FLAG>, e.g. %s):\n", EnvPrefix, EnvName("tick"))
 	o := DefaultOptions()
-	fs := flagSet(&o)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	o.bind(func(string) string { return "" }).Usage(w)
 }
 
-func flagSet(o *Options) *flag.FlagSet {
-	fs := flag.NewFlagSet("ebb-scaler", flag.ContinueOnError)
-	fs.StringVar(&o.GroupSuffix, "api-group-suffix", o.GroupSuffix, "API group suffix of this ebb instance: pods are found by the label <suffix>/app")
-	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "address of the gRPC server (KEDA external scaler, health, activator pushes)")
-	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "address of the HTTP server for /metrics, /apps, /healthz and /readyz")
-	fs.DurationVar(&o.Tick, "tick", o.Tick, "how often every sidecar is read")
-	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "timeout of one sidecar read; less than --tick")
-	fs.IntVar(&o.ReadParallelism, "read-parallelism", o.ReadParallelism, "sidecar reads in flight at once")
-	fs.IntVar(&o.StaleTicks, "stale-ticks", o.StaleTicks, "failed reads during which a pod keeps its last value before it is dropped")
-	fs.DurationVar(&o.MaxRateWindow, "max-rate-window", o.MaxRateWindow, "longest rateWindow a ScaledObject may ask for (bounds memory)")
-	fs.DurationVar(&o.HoldGrace, "hold-grace", o.HoldGrace, "how long an activator's held counts outlive its last stream")
-	fs.DurationVar(&o.HoldStaleAfter, "hold-stale-after", o.HoldStaleAfter, "an activator stream that sends nothing for this long is cut")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serve gRPC over TLS with this PEM certificate (reloaded when it changes)")
-	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "PEM key of --tls-cert-file")
-	fs.StringVar(&o.TLSClientCAFile, "tls-client-ca-file", o.TLSClientCAFile, "require gRPC clients (KEDA, activators) to present a certificate signed by this PEM CA")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty means in-cluster, then $KUBECONFIG or ~/.kube/config")
-	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "json or console")
-	fs.IntVar(&o.LogLevel, "log-level", o.LogLevel, "verbosity: 0 info, 1 debug, more for more")
-	return fs
+func (o *Options) bind(getenv func(string) string) *options.Set {
+	s := options.New("ebb-scaler", getenv)
+	s.String(&o.GroupSuffix, "api-group-suffix", "API group suffix of this ebb instance: pods are found by the label <suffix>/app")
+	s.String(&o.GRPCAddr, "grpc-addr", "address of the gRPC server (KEDA external scaler, health, activator pushes)")
+	s.String(&o.AdminAddr, "admin-addr", "address of the HTTP server for /metrics, /apps, /healthz and /readyz")
+	s.Duration(&o.Tick, "tick", "how often every sidecar is read")
+	s.Duration(&o.ReadTimeout, "read-timeout", "timeout of one sidecar read; less than --tick")
+	s.Int(&o.ReadParallelism, "read-parallelism", "sidecar reads in flight at once")
+	s.Int(&o.StaleTicks, "stale-ticks", "failed reads during which a pod keeps its last value before it is dropped")
+	s.Duration(&o.MaxRateWindow, "max-rate-window", "longest rateWindow a ScaledObject may ask for (bounds memory)")
+	s.Duration(&o.HoldGrace, "hold-grace", "how long an activator's held counts outlive its last stream")
+	s.Duration(&o.HoldStaleAfter, "hold-stale-after", "an activator stream that sends nothing for this long is cut")
+	s.String(&o.TLSCertFile, "tls-cert-file", "serve gRPC over TLS with this PEM certificate (reloaded when it changes)")
+	s.String(&o.TLSKeyFile, "tls-key-file", "PEM key of --tls-cert-file")
+	s.String(&o.TLSClientCAFile, "tls-client-ca-file", "require gRPC clients (KEDA, activators) to present a certificate signed by this PEM CA")
+	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
+	s.Env("kubeconfig", "KUBECONFIG")
+	o.Log.Bind(s)
+	return s
 }
 
 // Validate returns every problem with o at once.
@@ -181,13 +147,6 @@ func (o Options) Validate() error {
 			bad("%s: %w", f[0], err)
 		}
 	}
-	switch o.LogFormat {
-	case "json", "console":
-	default:
-		bad("--log-format %q: must be json or console", o.LogFormat)
-	}
-	if o.LogLevel < 0 {
-		bad("--log-level %d: must be 0 or more", o.LogLevel)
-	}
+	errs = append(errs, o.Log.Validate())
 	return errors.Join(errs...)
 }

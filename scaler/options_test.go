@@ -22,9 +22,10 @@ func TestParseOptions(t *testing.T) {
 		"flags": {[]string{"--api-group-suffix=team1.example.com", "--tick=500ms", "--read-timeout=100ms", "--grpc-addr=127.0.0.1:0"}, nil, func(o *Options) {
 			o.GroupSuffix, o.Tick, o.ReadTimeout, o.GRPCAddr = "team1.example.com", 500*time.Millisecond, 100*time.Millisecond, "127.0.0.1:0"
 		}},
-		"env fallback":  {nil, map[string]string{"EBB_SCALER_API_GROUP_SUFFIX": "team1.example.com", "EBB_SCALER_READ_PARALLELISM": "16"}, func(o *Options) { o.GroupSuffix, o.ReadParallelism = "team1.example.com", 16 }},
-		"flag over env": {[]string{"--stale-ticks=5"}, map[string]string{"EBB_SCALER_STALE_TICKS": "9"}, func(o *Options) { o.StaleTicks = 5 }},
-		"console logs":  {[]string{"--log-format=console", "--log-level=2"}, nil, func(o *Options) { o.LogFormat, o.LogLevel = "console", 2 }},
+		"env fallback":  {nil, map[string]string{"EBB_API_GROUP_SUFFIX": "team1.example.com", "EBB_READ_PARALLELISM": "16"}, func(o *Options) { o.GroupSuffix, o.ReadParallelism = "team1.example.com", 16 }},
+		"flag over env": {[]string{"--stale-ticks=5"}, map[string]string{"EBB_STALE_TICKS": "9"}, func(o *Options) { o.StaleTicks = 5 }},
+		"text logs":     {[]string{"--log-format=text", "--log-level=debug"}, nil, func(o *Options) { o.Log.Format, o.Log.Level = "text", "debug" }},
+		"kubeconfig":    {nil, map[string]string{"KUBECONFIG": "options_test.go"}, func(o *Options) { o.Kubeconfig = "options_test.go" }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseOptions(tc.args, func(k string) string { return tc.env[k] })
@@ -42,18 +43,18 @@ func TestParseOptions(t *testing.T) {
 
 func TestParseOptionsReportsEveryProblem(t *testing.T) {
 	_, err := ParseOptions([]string{"--api-group-suffix=ebb", "--tick=5ms", "--tls-key-file=k.pem", "--log-format=xml"},
-		func(k string) string { return map[string]string{"EBB_SCALER_READ_PARALLELISM": "many"}[k] })
+		func(k string) string { return map[string]string{"EBB_READ_PARALLELISM": "many"}[k] })
 	if err == nil {
 		t.Fatal("accepted bad options")
 	}
 	for _, want := range []string{
-		`EBB_SCALER_READ_PARALLELISM="many"`,
+		`EBB_READ_PARALLELISM="many"`,
 		`--api-group-suffix: api group suffix "ebb": must contain a dot`,
 		"--tick 5ms: must be at least 10ms",
 		"--read-timeout 300ms: must be above 0 and below --tick (5ms)",
 		"--tls-cert-file and --tls-key-file: set both or neither",
 		"--tls-key-file: stat k.pem",
-		`--log-format "xml": must be json or console`,
+		`--log-format "xml": want json or text`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)

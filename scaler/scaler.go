@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -22,11 +22,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
+	"github.com/ebb-dev/ebb/internal/logging"
 )
 
 // Scaler is one ebb-scaler: its listeners are bound by New, Run serves.
@@ -270,7 +270,9 @@ func newLogger(o Options) logr.Logger {
 	if o.Logger != nil {
 		return *o.Logger
 	}
-	return zap.New(zap.UseDevMode(o.LogFormat == "console"), zap.Level(zapcore.Level(-o.LogLevel))).WithName("ebb-scaler")
+	log := logging.New(os.Stderr, "ebb-scaler", o.Log)
+	kubeclient.RouteLogs(log, o.Log.Debug())
+	return log
 }
 
 func kubeClient(o Options) (kubernetes.Interface, error) {
@@ -279,12 +281,9 @@ func kubeClient(o Options) (kubernetes.Interface, error) {
 	}
 	cfg := o.RestConfig
 	if cfg == nil {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = o.Kubeconfig
 		var err error
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes client config (in-cluster, --kubeconfig or $KUBECONFIG): %w", err)
+		if cfg, err = kubeclient.Config(o.Kubeconfig); err != nil {
+			return nil, err
 		}
 	}
 	cfg = rest.CopyConfig(cfg)

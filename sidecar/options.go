@@ -2,14 +2,14 @@ package sidecar
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
 )
@@ -45,10 +45,8 @@ type Options struct {
 	AppReadiness string
 	// Counting turns the request counters on (the default) or off.
 	Counting bool
-	// LogLevel is debug, info, warn or error.
-	LogLevel string
-	// LogFormat is json or text.
-	LogFormat string
+	// Log is --log-level and --log-format.
+	Log logging.Options
 	// PodName, PodNamespace and PodIP come from the downward API and are
 	// used in logs only.
 	PodName, PodNamespace, PodIP string
@@ -65,7 +63,7 @@ func DefaultOptions() Options {
 		Listen:        ":" + strconv.Itoa(stats.DefaultListenPort),
 		Upstream:      "127.0.0.1:8080",
 		AdminListen:   ":" + strconv.Itoa(stats.DefaultAdminPort),
-		DrainTimeout:  30 * time.Second,
+		DrainTimeout:  stats.DefaultDrainTimeout,
 		DrainDelay:    5 * time.Second,
 		HeaderTimeout: 10 * time.Second,
 		IdleTimeout:   120 * time.Second,
@@ -74,94 +72,47 @@ func DefaultOptions() Options {
 		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
 		MaxHeaderBytes:        64 << 10,
 		Counting:              true,
-		LogLevel:              "info",
-		LogFormat:             "json",
+		Log:                   logging.DefaultOptions(),
 	}
 }
 
 // ParseOptions fills Options from args (without the program name), falling
-// back to the environment read through getenv and then to DefaultOptions. It
-// returns every problem found, joined, including those of Validate.
+// back to the environment read through getenv and then to DefaultOptions
+// (package options says how). It returns every problem found, joined,
+// including those of Validate, or an error wrapping flag.ErrHelp for -h.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	o := DefaultOptions()
-	var problems []error
-	fs := flag.NewFlagSet("ebb-sidecar", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-
-	str := func(p *string, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			*p = v
-		}
-		fs.StringVar(p, name, *p, usage+" (env "+env+")")
+	s := o.bind(getenv)
+	if err := s.Parse(args, func() error { return o.Validate() }); err != nil {
+		return o, err
 	}
-	dur := func(p *time.Duration, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				problems = append(problems, fmt.Errorf("%s=%q: not a duration", env, v))
-			} else {
-				*p = d
-			}
-		}
-		fs.DurationVar(p, name, *p, usage+" (env "+env+")")
-	}
-	integer := func(p *int, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				problems = append(problems, fmt.Errorf("%s=%q: not an integer", env, v))
-			} else {
-				*p = n
-			}
-		}
-		fs.IntVar(p, name, *p, usage+" (env "+env+")")
-	}
-	boolean := func(p *bool, name, env, usage string) {
-		if v := getenv(env); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				problems = append(problems, fmt.Errorf("%s=%q: not a boolean", env, v))
-			} else {
-				*p = b
-			}
-		}
-		fs.BoolVar(p, name, *p, usage+" (env "+env+")")
-	}
-
-	str(&o.Listen, "listen", "EBB_LISTEN", "address clients connect to")
-	str(&o.Upstream, "upstream", "EBB_UPSTREAM", "the app's host:port")
-	str(&o.AdminListen, "admin-listen", "EBB_ADMIN_LISTEN", "address of /stats, /ready and /metrics")
-	dur(&o.DrainTimeout, "drain-timeout", "EBB_DRAIN_TIMEOUT", "longest drain after SIGTERM")
-	dur(&o.DrainDelay, "drain-delay", "EBB_DRAIN_DELAY", "quiet period (no new request) GET /wait-for-drain waits for")
-	dur(&o.HeaderTimeout, "header-timeout", "EBB_HEADER_TIMEOUT", "time a client has to send a request head")
-	dur(&o.IdleTimeout, "idle-timeout", "EBB_IDLE_TIMEOUT", "idle keep-alive timeout and stalled body timeout")
-	dur(&o.ResponseHeaderTimeout, "response-header-timeout", "EBB_RESPONSE_HEADER_TIMEOUT", "longest wait for the app's response head (504 after it; 0: no limit)")
-	integer(&o.MaxHeaderBytes, "max-header-bytes", "EBB_MAX_HEADER_BYTES", "largest request head accepted (431 above)")
-	str(&o.AppReadiness, "app-readiness", "EBB_APP_READINESS", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
-	boolean(&o.Counting, "counting", "EBB_COUNTING", "count requests (turn off only to benchmark)")
-	str(&o.LogLevel, "log-level", "EBB_LOG_LEVEL", "debug, info, warn or error")
-	str(&o.LogFormat, "log-format", "EBB_LOG_FORMAT", "json or text")
 	o.PodName = getenv("POD_NAME")
 	o.PodNamespace = getenv("POD_NAMESPACE")
 	o.PodIP = getenv("POD_IP")
-
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		var usage strings.Builder
-		fs.SetOutput(&usage)
-		fs.PrintDefaults()
-		return o, fmt.Errorf("usage of ebb-sidecar (flags win over env, env over defaults):\n%s", usage.String())
-	} else if err != nil {
-		problems = append(problems, err)
-	} else if fs.NArg() > 0 {
-		problems = append(problems, fmt.Errorf("unexpected arguments %q", fs.Args()))
-	}
-	if err := o.Validate(); err != nil {
-		problems = append(problems, err)
-	}
-	if len(problems) > 0 {
-		return o, fmt.Errorf("invalid options: %w", errors.Join(problems...))
-	}
 	return o, nil
+}
+
+// Usage writes the flags, their environment variables and defaults to w.
+func Usage(w io.Writer) {
+	o := DefaultOptions()
+	o.bind(func(string) string { return "" }).Usage(w)
+}
+
+func (o *Options) bind(getenv func(string) string) *options.Set {
+	s := options.New("ebb-sidecar", getenv)
+	s.String(&o.Listen, "listen", "address clients connect to")
+	s.String(&o.Upstream, "upstream", "the app's host:port")
+	s.String(&o.AdminListen, "admin-listen", "address of /stats, /ready and /metrics")
+	s.Duration(&o.DrainTimeout, "drain-timeout", "longest drain after SIGTERM")
+	s.Duration(&o.DrainDelay, "drain-delay", "quiet period (no new request) GET /wait-for-drain waits for")
+	s.Duration(&o.HeaderTimeout, "header-timeout", "time a client has to send a request head")
+	s.Duration(&o.IdleTimeout, "idle-timeout", "idle keep-alive timeout and stalled body timeout")
+	s.Duration(&o.ResponseHeaderTimeout, "response-header-timeout", "longest wait for the app's response head (504 after it; 0: no limit)")
+	s.Int(&o.MaxHeaderBytes, "max-header-bytes", "largest request head accepted (431 above)")
+	s.String(&o.AppReadiness, "app-readiness", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
+	s.Bool(&o.Counting, "counting", "count requests (turn off only to benchmark)")
+	o.Log.Bind(s)
+	return s
 }
 
 // Validate returns every problem of o at once, joined, or nil.
@@ -209,16 +160,7 @@ func (o Options) Validate() error {
 			problems = append(problems, fmt.Errorf("--app-readiness: %w", err))
 		}
 	}
-	switch o.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		problems = append(problems, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel))
-	}
-	switch o.LogFormat {
-	case "json", "text":
-	default:
-		problems = append(problems, fmt.Errorf("--log-format %q: want json or text", o.LogFormat))
-	}
+	problems = append(problems, o.Log.Validate())
 	return errors.Join(problems...)
 }
 

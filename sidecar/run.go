@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 
 	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/logging"
 )
 
 // Run serves until ctx is cancelled, then drains (see the package doc) and
@@ -31,23 +31,7 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 func newLogger(o Options, w io.Writer) logr.Logger {
-	var lvl slog.Level
-	switch o.LogLevel {
-	case "debug":
-		lvl = slog.LevelDebug
-	case "warn":
-		lvl = slog.LevelWarn
-	case "error":
-		lvl = slog.LevelError
-	}
-	hopts := &slog.HandlerOptions{Level: lvl}
-	var h slog.Handler
-	if o.LogFormat == "text" {
-		h = slog.NewTextHandler(w, hopts)
-	} else {
-		h = slog.NewJSONHandler(w, hopts)
-	}
-	log := logr.FromSlogHandler(h).WithName("ebb-sidecar")
+	log := logging.New(w, "ebb-sidecar", o.Log)
 	for _, kv := range [][2]string{{"pod", o.PodName}, {"namespace", o.PodNamespace}, {"podIP", o.PodIP}} {
 		if kv[1] != "" {
 			log = log.WithValues(kv[0], kv[1])

@@ -2,9 +2,8 @@ package webhook
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 	"time"
 
@@ -14,7 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
@@ -33,8 +33,7 @@ const (
 	TLSSelfSigned = "self-signed"
 )
 
-// Options configure one ebb-webhook process. Fill them with BindFlags (flags
-// with environment fallbacks) and check them with Validate.
+// Options configure one ebb-webhook process. Fill them with ParseOptions.
 type Options struct {
 	// APIGroupSuffix names this instance (default ebb.dev).
 	APIGroupSuffix string
@@ -82,14 +81,20 @@ type Options struct {
 	PprofAddr string
 	// LeaderElect makes the AppRoute controller run in one replica at a time.
 	LeaderElect bool
-	// LogFormat is json or console; LogLevel debug or info.
-	LogFormat, LogLevel string
-
-	envErrs []error // environment values that did not parse
+	// Log is --log-level and --log-format.
+	Log logging.Options
 }
 
-// DefaultOptions are the options of a process started without flags.
+// DefaultOptions are the options of a process started without flags. The
+// sidecar settings are inject.DefaultConfig's.
 func DefaultOptions() Options {
+	sc := inject.DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), Version)
+	quantity := func(l corev1.ResourceList, name corev1.ResourceName) string {
+		if q, ok := l[name]; ok {
+			return q.String()
+		}
+		return ""
+	}
 	return Options{
 		APIGroupSuffix:         groupsuffix.Default,
 		WebhookPort:            9443,
@@ -100,98 +105,75 @@ func DefaultOptions() Options {
 		ServiceName:            "ebb-webhook",
 		SecretName:             "ebb-webhook-tls",
 		CertCheckInterval:      time.Minute,
-		SidecarImage:           inject.DefaultImageRepository + ":" + Version,
-		SidecarImagePullPolicy: string(corev1.PullIfNotPresent),
-		SidecarCPURequest:      "25m",
-		SidecarMemoryRequest:   "32Mi",
-		SidecarMemoryLimit:     "128Mi",
-		SidecarListenPort:      stats.DefaultListenPort,
-		SidecarAdminPort:       stats.DefaultAdminPort,
-		SidecarDrainTimeout:    20 * time.Second,
+		SidecarImage:           sc.Image,
+		SidecarImagePullPolicy: string(sc.ImagePullPolicy),
+		SidecarCPURequest:      quantity(sc.Resources.Requests, corev1.ResourceCPU),
+		SidecarMemoryRequest:   quantity(sc.Resources.Requests, corev1.ResourceMemory),
+		SidecarCPULimit:        quantity(sc.Resources.Limits, corev1.ResourceCPU),
+		SidecarMemoryLimit:     quantity(sc.Resources.Limits, corev1.ResourceMemory),
+		SidecarListenPort:      int(sc.ListenPort),
+		SidecarAdminPort:       int(sc.AdminPort),
+		SidecarDrainTimeout:    sc.DrainTimeout,
 		MetricsAddr:            ":8080",
 		HealthAddr:             ":8081",
 		PprofAddr:              "0",
-		LogFormat:              "json",
-		LogLevel:               "info",
+		Log:                    logging.DefaultOptions(),
 	}
 }
 
-// BindFlags registers every option on fs. A flag's default is the
-// environment variable named in its usage when set, else the value in o.
-func (o *Options) BindFlags(fs *flag.FlagSet) {
-	str := func(p *string, name, env, usage string) {
-		if v, ok := os.LookupEnv(env); ok {
-			*p = v
-		}
-		fs.StringVar(p, name, *p, usage+" (env "+env+")")
-	}
-	num := func(p *int, name, env, usage string) {
-		if v, ok := os.LookupEnv(env); ok {
-			if _, err := fmt.Sscan(v, p); err != nil {
-				o.envErrs = append(o.envErrs, fmt.Errorf("%s=%q: not a number", env, v))
-			}
-		}
-		fs.IntVar(p, name, *p, usage+" (env "+env+")")
-	}
-	dur := func(p *time.Duration, name, env, usage string) {
-		if v, ok := os.LookupEnv(env); ok {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				o.envErrs = append(o.envErrs, fmt.Errorf("%s=%q: not a duration", env, v))
-			}
-			*p = d
-		}
-		fs.DurationVar(p, name, *p, usage+" (env "+env+")")
-	}
-	str(&o.APIGroupSuffix, "api-group-suffix", "EBB_API_GROUP_SUFFIX", "API group suffix naming this instance")
-	str(&o.Kubeconfig, "kubeconfig", "EBB_KUBECONFIG", "kubeconfig path; empty means $KUBECONFIG, in-cluster, then ~/.kube/config")
-	str(&o.WebhookHost, "webhook-host", "EBB_WEBHOOK_HOST", "address the admission server binds (empty: all)")
-	num(&o.WebhookPort, "webhook-port", "EBB_WEBHOOK_PORT", "port of the admission server")
-	str(&o.CertDir, "cert-dir", "EBB_CERT_DIR", "directory of the serving certificate")
-	str(&o.CertName, "cert-name", "EBB_CERT_NAME", "serving certificate file in --cert-dir")
-	str(&o.KeyName, "key-name", "EBB_KEY_NAME", "serving key file in --cert-dir")
-	str(&o.TLSMode, "tls-mode", "EBB_TLS_MODE", "files (certificate from --cert-dir, reloaded on change) or self-signed")
-	str(&o.Namespace, "namespace", "POD_NAMESPACE", "namespace the webhook runs in")
-	str(&o.ServiceName, "service-name", "EBB_SERVICE_NAME", "the webhook's Service (self-signed certificate names)")
-	str(&o.SecretName, "tls-secret", "EBB_TLS_SECRET", "Secret holding the self-signed CA and certificate")
-	if v, ok := os.LookupEnv("EBB_EXTRA_SANS"); ok {
-		o.ExtraSANs = splitList(v)
-	}
-	fs.Func("extra-sans", "comma-separated extra DNS names or IPs of the self-signed certificate (env EBB_EXTRA_SANS)", func(v string) error {
-		o.ExtraSANs = splitList(v)
-		return nil
-	})
-	dur(&o.CertCheckInterval, "cert-check-interval", "EBB_CERT_CHECK_INTERVAL", "how often self-signed mode checks the certificate and caBundle")
-	str(&o.SidecarImage, "sidecar-image", "EBB_SIDECAR_IMAGE", "sidecar image")
-	str(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "EBB_SIDECAR_IMAGE_PULL_POLICY", "sidecar imagePullPolicy")
-	str(&o.SidecarCPURequest, "sidecar-cpu-request", "EBB_SIDECAR_CPU_REQUEST", "sidecar CPU request (empty: none)")
-	str(&o.SidecarMemoryRequest, "sidecar-memory-request", "EBB_SIDECAR_MEMORY_REQUEST", "sidecar memory request (empty: none)")
-	str(&o.SidecarCPULimit, "sidecar-cpu-limit", "EBB_SIDECAR_CPU_LIMIT", "sidecar CPU limit (empty: none)")
-	str(&o.SidecarMemoryLimit, "sidecar-memory-limit", "EBB_SIDECAR_MEMORY_LIMIT", "sidecar memory limit (empty: none)")
-	num(&o.SidecarListenPort, "sidecar-listen-port", "EBB_SIDECAR_LISTEN_PORT", "sidecar data port")
-	num(&o.SidecarAdminPort, "sidecar-admin-port", "EBB_SIDECAR_ADMIN_PORT", "sidecar admin port (stats, ready, metrics)")
-	dur(&o.SidecarDrainTimeout, "sidecar-drain-timeout", "EBB_SIDECAR_DRAIN_TIMEOUT", "default sidecar drain timeout on SIGTERM")
-	str(&o.MetricsAddr, "metrics-bind-address", "EBB_METRICS_BIND_ADDRESS", "address of /metrics (0: off)")
-	str(&o.HealthAddr, "health-probe-bind-address", "EBB_HEALTH_PROBE_BIND_ADDRESS", "address of /healthz and /readyz (0: off)")
-	str(&o.PprofAddr, "pprof-bind-address", "EBB_PPROF_BIND_ADDRESS", "address of /debug/pprof (0: off)")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", envBool("EBB_LEADER_ELECT", o.LeaderElect), "run the AppRoute controller in one replica at a time (env EBB_LEADER_ELECT)")
-	str(&o.LogFormat, "log-format", "EBB_LOG_FORMAT", "json or console")
-	str(&o.LogLevel, "log-level", "EBB_LOG_LEVEL", "info or debug")
+// ParseOptions fills Options from args (without the program name), with
+// environment fallbacks (package options says how), and validates them,
+// returning every problem at once, or an error wrapping flag.ErrHelp for
+// -h.
+func ParseOptions(args []string, getenv func(string) string) (Options, error) {
+	o := DefaultOptions()
+	err := o.bind(getenv).Parse(args, func() error { return o.Validate() })
+	return o, err
 }
 
-func envBool(name string, def bool) bool {
-	switch strings.ToLower(os.Getenv(name)) {
-	case "1", "true", "yes":
-		return true
-	case "0", "false", "no":
-		return false
-	}
-	return def
+// Usage writes the flags, their environment variables and defaults to w.
+func Usage(w io.Writer) {
+	o := DefaultOptions()
+	o.bind(func(string) string { return "" }).Usage(w)
+}
+
+func (o *Options) bind(getenv func(string) string) *options.Set {
+	s := options.New("ebb-webhook", getenv)
+	s.String(&o.APIGroupSuffix, "api-group-suffix", "API group suffix naming this instance")
+	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
+	s.Env("kubeconfig", "KUBECONFIG")
+	s.String(&o.WebhookHost, "webhook-host", "address the admission server binds (empty: all)")
+	s.Int(&o.WebhookPort, "webhook-port", "port of the admission server")
+	s.String(&o.CertDir, "cert-dir", "directory of the serving certificate")
+	s.String(&o.CertName, "cert-name", "serving certificate file in --cert-dir")
+	s.String(&o.KeyName, "key-name", "serving key file in --cert-dir")
+	s.String(&o.TLSMode, "tls-mode", "files (certificate from --cert-dir, reloaded on change) or self-signed")
+	s.String(&o.Namespace, "namespace", "namespace the webhook runs in")
+	s.Env("namespace", "POD_NAMESPACE")
+	s.String(&o.ServiceName, "service-name", "the webhook's Service (self-signed certificate names)")
+	s.String(&o.SecretName, "tls-secret", "Secret holding the self-signed CA and certificate")
+	s.List(&o.ExtraSANs, "extra-sans", "comma-separated extra DNS names or IPs of the self-signed certificate")
+	s.Duration(&o.CertCheckInterval, "cert-check-interval", "how often self-signed mode checks the certificate and caBundle")
+	s.String(&o.SidecarImage, "sidecar-image", "sidecar image")
+	s.String(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "sidecar imagePullPolicy")
+	s.String(&o.SidecarCPURequest, "sidecar-cpu-request", "sidecar CPU request (empty: none)")
+	s.String(&o.SidecarMemoryRequest, "sidecar-memory-request", "sidecar memory request (empty: none)")
+	s.String(&o.SidecarCPULimit, "sidecar-cpu-limit", "sidecar CPU limit (empty: none)")
+	s.String(&o.SidecarMemoryLimit, "sidecar-memory-limit", "sidecar memory limit (empty: none)")
+	s.Int(&o.SidecarListenPort, "sidecar-listen-port", "sidecar data port")
+	s.Int(&o.SidecarAdminPort, "sidecar-admin-port", "sidecar admin port (stats, ready, metrics)")
+	s.Duration(&o.SidecarDrainTimeout, "sidecar-drain-timeout", "default sidecar drain timeout on SIGTERM")
+	s.String(&o.MetricsAddr, "metrics-bind-address", "address of /metrics (0: off)")
+	s.String(&o.HealthAddr, "health-probe-bind-address", "address of /healthz and /readyz (0: off)")
+	s.String(&o.PprofAddr, "pprof-bind-address", "address of /debug/pprof (0: off)")
+	s.Bool(&o.LeaderElect, "leader-elect", "run the AppRoute controller in one replica at a time")
+	o.Log.Bind(s)
+	return s
 }
 
 // Validate returns every problem with o at once, or nil.
 func (o *Options) Validate() error {
-	errs := append([]error(nil), o.envErrs...)
+	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if _, err := groupsuffix.New(o.APIGroupSuffix); err != nil {
 		add("--api-group-suffix: %w", err)
@@ -256,23 +238,8 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.Namespace == "" {
 		add("--namespace (or POD_NAMESPACE): required with --leader-elect")
 	}
-	if o.LogFormat != "json" && o.LogFormat != "console" {
-		add("--log-format %q: must be json or console", o.LogFormat)
-	}
-	if o.LogLevel != "info" && o.LogLevel != "debug" {
-		add("--log-level %q: must be info or debug", o.LogLevel)
-	}
+	errs = append(errs, o.Log.Validate())
 	return errors.Join(errs...)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // sidecarConfig turns validated options into the injector's Config.

@@ -1,11 +1,15 @@
 package webhook
 
 import (
-	"flag"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
 func TestDefaultOptionsAreValid(t *testing.T) {
@@ -16,15 +20,9 @@ func TestDefaultOptionsAreValid(t *testing.T) {
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
-	t.Setenv("EBB_SIDECAR_LISTEN_PORT", "eighty")
-	o := DefaultOptions()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	o.BindFlags(fs)
-	if err := fs.Parse([]string{"--api-group-suffix=ebb", "--tls-mode=self-signed", "--sidecar-image-pull-policy=Sometimes",
-		"--sidecar-memory-limit=lots", "--log-format=xml", "--sidecar-admin-port=0"}); err != nil {
-		t.Fatal(err)
-	}
-	err := o.Validate()
+	env := map[string]string{"EBB_SIDECAR_LISTEN_PORT": "eighty", "EBB_LEADER_ELECT": "maybe"}
+	_, err := ParseOptions([]string{"--api-group-suffix=ebb", "--tls-mode=self-signed", "--sidecar-image-pull-policy=Sometimes",
+		"--sidecar-memory-limit=lots", "--log-format=xml", "--sidecar-admin-port=0"}, func(k string) string { return env[k] })
 	if err == nil {
 		t.Fatal("Validate accepted bad options")
 	}
@@ -32,26 +30,38 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	for _, line := range strings.Split(err.Error(), "\n") {
 		got = append(got, strings.SplitN(line, " ", 2)[0])
 	}
-	want := []string{`EBB_SIDECAR_LISTEN_PORT="eighty":`, "--api-group-suffix:", "--namespace", "--sidecar-image-pull-policy", "--sidecar-memory-limit", "--sidecar-admin-port", "--log-format"}
+	want := []string{`EBB_LEADER_ELECT="maybe"`, `EBB_SIDECAR_LISTEN_PORT="eighty"`, "--api-group-suffix:", "--namespace", "--sidecar-image-pull-policy", "--sidecar-memory-limit", "--sidecar-admin-port", "--log-format"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("problems (-want +got):\n%s\nfull error:\n%v", diff, err)
 	}
 }
 
 func TestFlagsFallBackToEnvironment(t *testing.T) {
-	t.Setenv("EBB_API_GROUP_SUFFIX", "team1.example.com")
-	t.Setenv("POD_NAMESPACE", "ebb-team1")
-	t.Setenv("EBB_SIDECAR_DRAIN_TIMEOUT", "7s")
-	t.Setenv("EBB_EXTRA_SANS", "127.0.0.1, webhook.local")
-	o := DefaultOptions()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	o.BindFlags(fs)
-	if err := fs.Parse([]string{"--sidecar-image=img:1"}); err != nil {
+	env := map[string]string{
+		"EBB_API_GROUP_SUFFIX":      "team1.example.com",
+		"POD_NAMESPACE":             "ebb-team1",
+		"EBB_SIDECAR_DRAIN_TIMEOUT": "7s",
+		"EBB_EXTRA_SANS":            "127.0.0.1, webhook.local",
+		"EBB_SIDECAR_IMAGE":         "img:0",
+	}
+	o, err := ParseOptions([]string{"--sidecar-image=img:1"}, func(k string) string { return env[k] })
+	if err != nil {
 		t.Fatal(err)
 	}
 	got := []string{o.APIGroupSuffix, o.Namespace, o.SidecarDrainTimeout.String(), strings.Join(o.ExtraSANs, "|"), o.SidecarImage}
 	want := []string{"team1.example.com", "ebb-team1", "7s", "127.0.0.1|webhook.local", "img:1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)
+	}
+}
+
+// The injected sidecar's defaults are the injector's: one source.
+func TestSidecarDefaultsAreTheInjectors(t *testing.T) {
+	names := groupsuffix.MustNew(groupsuffix.Default)
+	o := DefaultOptions()
+	quantities := cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
+	ignoreNames := cmpopts.IgnoreFields(inject.Config{}, "Names") // the value passed in
+	if diff := cmp.Diff(inject.DefaultConfig(names, Version), o.sidecarConfig(names), quantities, ignoreNames); diff != "" {
+		t.Errorf("sidecar config from default options (-injector's default +webhook's):\n%s", diff)
 	}
 }

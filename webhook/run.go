@@ -4,18 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -23,6 +21,8 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
+	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/webhook/selfsigned"
 )
 
@@ -34,7 +34,6 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	names := groupsuffix.MustNew(opts.APIGroupSuffix) // checked by Validate
 	log := newLogger(opts).WithValues("suffix", names.Suffix())
-	ctrl.SetLogger(log)
 
 	restCfg, err := restConfig(opts)
 	if err != nil {
@@ -111,33 +110,16 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 func newLogger(opts Options) logr.Logger {
-	level := zapcore.InfoLevel
-	if opts.LogLevel == "debug" {
-		level = zapcore.DebugLevel
-	}
-	enc := zap.JSONEncoder()
-	if opts.LogFormat == "console" {
-		enc = zap.ConsoleEncoder()
-	}
-	return zap.New(enc, zap.Level(level))
+	log := logging.New(os.Stderr, "ebb-webhook", opts.Log)
+	kubeclient.RouteLogs(log, opts.Log.Debug())
+	return log
 }
 
 func restConfig(opts Options) (*rest.Config, error) {
 	if opts.RESTConfig != nil {
 		return rest.CopyConfig(opts.RESTConfig), nil
 	}
-	if opts.Kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load kubeconfig %s: %w", opts.Kubeconfig, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load cluster config: %w", err)
-	}
-	return cfg, nil
+	return kubeclient.Config(opts.Kubeconfig)
 }
 
 func selfSignedOptions(names groupsuffix.Names, opts Options) selfsigned.Options {

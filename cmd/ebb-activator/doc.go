@@ -1,3 +1,3 @@
-// Command ebb-activator is the activator binary: options from flags and
-// environment (ebb-activator -h), then activator.Run until SIGTERM.
+// Command ebb-activator runs package activator with the options from its flags and
+// environment (ebb-activator -h lists them) until SIGTERM.
 package main

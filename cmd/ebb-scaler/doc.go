@@ -1,4 +1,3 @@
-// Command ebb-scaler parses its options (flags with EBB_SCALER_* environment
-// fallbacks) and runs scaler.Run until SIGTERM; everything else lives in
-// package scaler.
+// Command ebb-scaler runs package scaler with the options from its flags and
+// environment (ebb-scaler -h lists them) until SIGTERM.
 package main

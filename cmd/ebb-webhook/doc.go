@@ -1,5 +1,3 @@
-// Command ebb-webhook is ebb's control plane: the sidecar-injecting
-// admission webhook and the AppRoute controller. It parses its flags
-// (environment fallbacks included) and calls webhook.Run; everything else
-// lives in package webhook. Run it with -h for the flags.
+// Command ebb-webhook runs package webhook with the options from its flags and
+// environment (ebb-webhook -h lists them) until SIGTERM.
 package main

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Defaults shared by the sidecar, the webhook that injects it and the scaler
@@ -13,6 +14,10 @@ const (
 	DefaultListenPort = 8012
 	// DefaultAdminPort serves Path, ReadyPath and /metrics.
 	DefaultAdminPort = 8022
+	// DefaultDrainTimeout bounds the sidecar's drain after SIGTERM: inside
+	// Kubernetes' default terminationGracePeriodSeconds (30) with room for
+	// the app's own shutdown.
+	DefaultDrainTimeout = 20 * time.Second
 	// Path serves a Snapshot in the format below.
 	Path = "/stats"
 	// ReadyPath answers 200 once the app answers on its port, 503 otherwise

@@ -80,7 +80,7 @@ func StartProcess(env *Env, bin, suffix string, failurePolicy admissionregistrat
 		"--webhook-host=" + wio.LocalServingHost, "--webhook-port=" + strconv.Itoa(wio.LocalServingPort),
 		"--cert-dir=" + wio.LocalServingCertDir,
 		"--metrics-bind-address=" + p.MetricsAddr, "--health-probe-bind-address=0",
-		"--sidecar-image=ghcr.io/ebb-dev/ebb-sidecar:test", "--log-format=console",
+		"--sidecar-image=ghcr.io/ebb-dev/ebb-sidecar:test", "--log-format=text",
 	}, extraArgs...)
 	log, err := os.Create(logFile)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/webhook"
 )
 
@@ -177,7 +178,7 @@ func StartInstance(env *Env, suffix string, failurePolicy admissionregistrationv
 	opts.RESTConfig = env.Config
 	opts.WebhookHost, opts.WebhookPort, opts.CertDir = wio.LocalServingHost, wio.LocalServingPort, wio.LocalServingCertDir
 	opts.MetricsAddr, opts.HealthAddr = "0", "0"
-	opts.LogFormat = "console"
+	opts.Log.Format = logging.FormatText
 	opts.SidecarImage = "ghcr.io/ebb-dev/ebb-sidecar:test"
 	if mod != nil {
 		mod(&opts)
@@ -271,7 +272,7 @@ func StartSelfSignedInstance(env *Env, suffix, namespace string, failurePolicy a
 	opts.ExtraSANs = []string{"127.0.0.1"}
 	opts.WebhookHost, opts.WebhookPort, opts.CertDir = "127.0.0.1", port, certDir
 	opts.MetricsAddr, opts.HealthAddr = "0", "0"
-	opts.LogFormat = "console"
+	opts.Log.Format = logging.FormatText
 	opts.SidecarImage = "ghcr.io/ebb-dev/ebb-sidecar:test"
 	if mod != nil {
 		mod(&opts)

@@ -96,11 +96,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s:%s" $img.repository (default (index . 0).Chart.AppVersion $img.tag) -}}
 {{- end -}}
 
-{{/* logFormat for binaries that say "text" for "console" (activator). */}}
-{{- define "ebb.logFormatText" -}}
-{{- if eq .Values.logFormat "console" }}text{{ else }}json{{ end -}}
-{{- end -}}
-
 {{/* Common pod spec parts: (list . .Values.webhook "webhook"). */}}
 {{- define "ebb.podScheduling" -}}
 {{- $ := index . 0 -}}

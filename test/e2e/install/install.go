@@ -54,12 +54,12 @@ type Release struct {
 const ImageTag = "dev"
 
 // values are what every e2e install sets: self-signed TLS (no
-// cert-manager), console logs, and the tag of the images built here.
+// cert-manager), text logs, and the tag of the images built here.
 func values(o Options) []string {
 	return []string{
 		"groupSuffix=" + o.GroupSuffix,
 		"certManager.enabled=false",
-		"logFormat=console",
+		"logFormat=text",
 		"webhook.image.tag=" + ImageTag,
 		"activator.image.tag=" + ImageTag,
 		"scaler.image.tag=" + ImageTag,

@@ -1,8 +1,6 @@
 package chart
 
 import (
-	"flag"
-	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/ebb-dev/ebb/activator"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/scaler"
 	"github.com/ebb-dev/ebb/webhook"
 )
@@ -21,7 +20,7 @@ import (
 var flagReleases = []release{
 	defaultRelease,
 	{name: "team1", namespace: "team1-ebb", sets: []string{"groupSuffix=team1.example.com", "certManager.enabled=false",
-		"logFormat=console", "logLevel=debug", "scaler.port=9191", "activator.port=8888", "sidecar.adminPort=9022",
+		"logFormat=text", "logLevel=debug", "scaler.port=9191", "activator.port=8888", "sidecar.adminPort=9022",
 		"sidecar.resources.limits.cpu=1", "activator.coldStartTimeout=30s", "activator.queueSize=50", "activator.maxHeld=500"}},
 }
 
@@ -36,6 +35,10 @@ func TestArgsParse(t *testing.T) {
 			suffix = "team1.example.com"
 		}
 		prefix := fullname(r)
+		wantLog := logging.Options{Level: "info", Format: "json"}
+		if r.name == "team1" {
+			wantLog = logging.Options{Level: "debug", Format: "text"}
+		}
 
 		t.Run(r.name+"/activator", func(t *testing.T) {
 			d := find(t, objs, "Deployment", prefix+"-activator")
@@ -48,6 +51,9 @@ func TestArgsParse(t *testing.T) {
 			o, err := activator.ParseOptions(containerArgs(t, d), func(k string) string { return env[k] })
 			if err != nil {
 				t.Fatalf("ebb-activator refuses the chart's args: %v", err)
+			}
+			if o.Log != wantLog || !o.LeaderElection {
+				t.Errorf("activator logs %+v (want %+v), leader election %v", o.Log, wantLog, o.LeaderElection)
 			}
 			if o.APIGroupSuffix != suffix || o.ScalerService != r.namespace+"/"+prefix+"-scaler:grpc" {
 				t.Errorf("activator suffix %q, scaler service %q", o.APIGroupSuffix, o.ScalerService)
@@ -64,6 +70,9 @@ func TestArgsParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ebb-scaler refuses the chart's args: %v", err)
 			}
+			if o.Log != wantLog {
+				t.Errorf("scaler logs %+v, want %+v", o.Log, wantLog)
+			}
 			if o.GroupSuffix != suffix || o.GRPCAddr != ":"+itoa(containerPort(t, d, "grpc")) {
 				t.Errorf("scaler suffix %q, gRPC address %q", o.GroupSuffix, o.GRPCAddr)
 			}
@@ -71,18 +80,13 @@ func TestArgsParse(t *testing.T) {
 
 		t.Run(r.name+"/webhook", func(t *testing.T) {
 			d := find(t, objs, "Deployment", prefix+"-webhook")
-			for k, v := range containerEnv(t, d) {
-				t.Setenv(k, v) // BindFlags reads the environment
-			}
-			o := webhook.DefaultOptions()
-			fs := flag.NewFlagSet("ebb-webhook", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			o.BindFlags(fs)
-			if err := fs.Parse(containerArgs(t, d)); err != nil {
+			env := containerEnv(t, d)
+			o, err := webhook.ParseOptions(containerArgs(t, d), func(k string) string { return env[k] })
+			if err != nil {
 				t.Fatalf("ebb-webhook refuses the chart's args: %v", err)
 			}
-			if err := o.Validate(); err != nil {
-				t.Fatalf("ebb-webhook refuses the chart's args: %v", err)
+			if o.Log != wantLog {
+				t.Errorf("webhook logs %+v, want %+v", o.Log, wantLog)
 			}
 			if o.APIGroupSuffix != suffix || o.WebhookPort != containerPort(t, d, "webhook") {
 				t.Errorf("webhook suffix %q, port %d", o.APIGroupSuffix, o.WebhookPort)

@@ -1,0 +1,75 @@
+package options_test
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/ebb-dev/ebb/activator"
+	"github.com/ebb-dev/ebb/scaler"
+	"github.com/ebb-dev/ebb/sidecar"
+	"github.com/ebb-dev/ebb/webhook"
+)
+
+type binary struct {
+	name  string
+	parse func(args []string, getenv func(string) string) error
+	usage func(io.Writer)
+	// kube: it talks to the API server; leader: it elects a leader.
+	kube, leader bool
+}
+
+func adapt[O any](parse func([]string, func(string) string) (O, error)) func([]string, func(string) string) error {
+	return func(args []string, getenv func(string) string) error { _, err := parse(args, getenv); return err }
+}
+
+var binaries = []binary{
+	{name: "ebb-sidecar", parse: adapt(sidecar.ParseOptions), usage: sidecar.Usage},
+	{name: "ebb-activator", parse: adapt(activator.ParseOptions), usage: activator.Usage, kube: true, leader: true},
+	{name: "ebb-scaler", parse: adapt(scaler.ParseOptions), usage: scaler.Usage, kube: true},
+	{name: "ebb-webhook", parse: adapt(webhook.ParseOptions), usage: webhook.Usage, kube: true, leader: true},
+}
+
+// TestOneVocabulary: every binary takes the same log, kubeconfig and
+// leader-election flags with the same values, refuses a bad one naming it,
+// and answers -h with flag.ErrHelp (Main exits 0).
+func TestOneVocabulary(t *testing.T) {
+	env := map[string]string{"POD_NAME": "p", "POD_NAMESPACE": "ns"}
+	getenv := func(k string) string { return env[k] }
+	for _, b := range binaries {
+		t.Run(b.name, func(t *testing.T) {
+			if err := b.parse([]string{"-h"}, getenv); !errors.Is(err, flag.ErrHelp) {
+				t.Errorf("-h: %v, want flag.ErrHelp", err)
+			}
+			for _, level := range []string{"debug", "info", "warn", "error"} {
+				for _, format := range []string{"json", "text"} {
+					if err := b.parse([]string{"--log-level=" + level, "--log-format=" + format}, getenv); err != nil {
+						t.Errorf("--log-level=%s --log-format=%s: %v", level, format, err)
+					}
+				}
+			}
+			err := b.parse(nil, func(k string) string {
+				return map[string]string{"POD_NAME": "p", "POD_NAMESPACE": "ns", "EBB_LOG_LEVEL": "1", "EBB_LOG_FORMAT": "console"}[k]
+			})
+			for _, want := range []string{`--log-level "1"`, `--log-format "console"`} {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("EBB_LOG_LEVEL=1 EBB_LOG_FORMAT=console: %v, want an error naming %s", err, want)
+				}
+			}
+			var usage strings.Builder
+			b.usage(&usage)
+			for flag, has := range map[string]bool{"--log-level": true, "--log-format": true, "--kubeconfig": b.kube, "(env KUBECONFIG": b.kube, "--leader-elect": b.leader} {
+				if got := strings.Contains(usage.String(), flag); got != has {
+					t.Errorf("usage has %s: %v, want %v:\n%s", flag, got, has, usage.String())
+				}
+			}
+			if b.leader {
+				if err := b.parse([]string{"--leader-elect=false"}, getenv); err != nil {
+					t.Errorf("--leader-elect=false: %v", err)
+				}
+			}
+		})
+	}
+}
