@@ -73,3 +73,29 @@ func TestOneVocabulary(t *testing.T) {
 		})
 	}
 }
+
+// The sidecar runs in users' pods, where service links set <SERVICE>_PORT,
+// <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_<n>_<PROTO>_... for every Service
+// of the namespace: a Service named ebb-admin must not be able to set a
+// sidecar option.
+func TestSidecarVariablesMissServiceLinks(t *testing.T) {
+	var usage strings.Builder
+	sidecar.Usage(&usage)
+	n := 0
+	for _, l := range strings.Split(usage.String(), "\n") {
+		_, env, ok := strings.Cut(l, "(env ")
+		if !ok {
+			continue
+		}
+		env, _, _ = strings.Cut(strings.TrimSuffix(env, ")"), ",")
+		n++
+		for _, suffix := range []string{"_PORT", "_HOST", "_PROTO", "_ADDR"} {
+			if strings.HasSuffix(env, suffix) {
+				t.Errorf("sidecar variable %s ends in %s, as service links' do", env, suffix)
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found %d variables in the sidecar's usage:\n%s", n, usage.String())
+	}
+}
