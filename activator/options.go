@@ -1,10 +1,8 @@
 package activator
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strconv"
@@ -86,29 +84,20 @@ func DefaultOptions() Options {
 // DefaultOptions (package options says how), and returns every problem
 // found at once, or an error wrapping flag.ErrHelp for -h.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
-	o := DefaultOptions()
-	o.PodName = cmp.Or(getenv("POD_NAME"), o.PodName)
-	o.PodNamespace = cmp.Or(getenv("POD_NAMESPACE"), o.PodNamespace)
-	o.PodIP = getenv("POD_IP")
-	err := o.bind(getenv).Parse(args, func() error {
-		if o.HandoffPort == 0 {
-			if _, p, err := net.SplitHostPort(o.Listen); err == nil {
-				o.HandoffPort, _ = strconv.Atoi(p)
-			}
+	return options.Parse("ebb-activator", DefaultOptions(), args, getenv)
+}
+
+// Complete sets the hand-off port to the port of --listen unless given.
+func (o *Options) Complete() {
+	if o.HandoffPort == 0 {
+		if _, p, err := net.SplitHostPort(o.Listen); err == nil {
+			o.HandoffPort, _ = strconv.Atoi(p)
 		}
-		return o.Validate()
-	})
-	return o, err
+	}
 }
 
-// Usage writes the flags, their environment variables and defaults to w.
-func Usage(w io.Writer) {
-	o := DefaultOptions()
-	o.bind(func(string) string { return "" }).Usage(w)
-}
-
-func (o *Options) bind(getenv func(string) string) *options.Set {
-	s := options.New("ebb-activator", getenv)
+// Bind adds the activator's flags to s.
+func (o *Options) Bind(s *options.Set) {
 	s.String(&o.APIGroupSuffix, "api-group-suffix", "group suffix of this ebb instance")
 	s.String(&o.Listen, "listen", "address of the data port")
 	s.String(&o.AdminListen, "admin-listen", "address of /healthz, /readyz, /metrics and /routing")
@@ -127,7 +116,12 @@ func (o *Options) bind(getenv func(string) string) *options.Set {
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
 	s.Bool(&o.LeaderElection, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
 	o.Log.Bind(s)
-	return s
+	s.String(&o.PodName, "pod-name", "this pod's name (downward API)")
+	s.Env("pod-name", "POD_NAME")
+	s.String(&o.PodNamespace, "pod-namespace", "this pod's namespace (downward API)")
+	s.Env("pod-namespace", "POD_NAMESPACE")
+	s.String(&o.PodIP, "pod-ip", "this pod's IP (downward API)")
+	s.Env("pod-ip", "POD_IP")
 }
 
 // Validate returns every problem of o at once.

@@ -3,7 +3,6 @@ package scaler
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -63,23 +62,16 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseOptions parses args (without the program name) with environment
-// fallbacks (package options says how) and validates the result, returning
-// every problem at once, or an error wrapping flag.ErrHelp for -h.
+// ParseOptions fills Options from args (without the program name) with
+// environment fallbacks (package options says how) and validates them,
+// returning every problem at once, or an error wrapping flag.ErrHelp for
+// -h.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
-	o := DefaultOptions()
-	err := o.bind(getenv).Parse(args, func() error { return o.Validate() })
-	return o, err
+	return options.Parse("ebb-scaler", DefaultOptions(), args, getenv)
 }
 
-// Usage writes the flags, their environment variables and defaults to w.
-func Usage(w io.Writer) {
-	o := DefaultOptions()
-	o.bind(func(string) string { return "" }).Usage(w)
-}
-
-func (o *Options) bind(getenv func(string) string) *options.Set {
-	s := options.New("ebb-scaler", getenv)
+// Bind adds the scaler's flags to s.
+func (o *Options) Bind(s *options.Set) {
 	s.String(&o.GroupSuffix, "api-group-suffix", "API group suffix of this ebb instance: pods are found by the label <suffix>/app")
 	s.String(&o.GRPCAddr, "grpc-addr", "address of the gRPC server (KEDA external scaler, health, activator pushes)")
 	s.String(&o.AdminAddr, "admin-addr", "address of the HTTP server for /metrics, /apps, /healthz and /readyz")
@@ -96,7 +88,6 @@ func (o *Options) bind(getenv func(string) string) *options.Set {
 	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
 	s.Env("kubeconfig", "KUBECONFIG")
 	o.Log.Bind(s)
-	return s
 }
 
 // Validate returns every problem with o at once.

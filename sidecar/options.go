@@ -3,7 +3,6 @@ package sidecar
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"time"
@@ -81,25 +80,11 @@ func DefaultOptions() Options {
 // (package options says how). It returns every problem found, joined,
 // including those of Validate, or an error wrapping flag.ErrHelp for -h.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
-	o := DefaultOptions()
-	s := o.bind(getenv)
-	if err := s.Parse(args, func() error { return o.Validate() }); err != nil {
-		return o, err
-	}
-	o.PodName = getenv("POD_NAME")
-	o.PodNamespace = getenv("POD_NAMESPACE")
-	o.PodIP = getenv("POD_IP")
-	return o, nil
+	return options.Parse("ebb-sidecar", DefaultOptions(), args, getenv)
 }
 
-// Usage writes the flags, their environment variables and defaults to w.
-func Usage(w io.Writer) {
-	o := DefaultOptions()
-	o.bind(func(string) string { return "" }).Usage(w)
-}
-
-func (o *Options) bind(getenv func(string) string) *options.Set {
-	s := options.New("ebb-sidecar", getenv)
+// Bind adds the sidecar's flags to s.
+func (o *Options) Bind(s *options.Set) {
 	s.String(&o.Listen, "listen", "address clients connect to")
 	s.String(&o.Upstream, "upstream", "the app's host:port")
 	s.String(&o.AdminListen, "admin-listen", "address of /stats, /ready and /metrics")
@@ -112,7 +97,12 @@ func (o *Options) bind(getenv func(string) string) *options.Set {
 	s.String(&o.AppReadiness, "app-readiness", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
 	s.Bool(&o.Counting, "counting", "count requests (turn off only to benchmark)")
 	o.Log.Bind(s)
-	return s
+	s.String(&o.PodName, "pod-name", "this pod's name, for logs (downward API)")
+	s.Env("pod-name", "POD_NAME")
+	s.String(&o.PodNamespace, "pod-namespace", "this pod's namespace, for logs (downward API)")
+	s.Env("pod-namespace", "POD_NAMESPACE")
+	s.String(&o.PodIP, "pod-ip", "this pod's IP, for logs (downward API)")
+	s.Env("pod-ip", "POD_IP")
 }
 
 // Validate returns every problem of o at once, joined, or nil.

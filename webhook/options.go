@@ -3,7 +3,6 @@ package webhook
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -121,24 +120,16 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseOptions fills Options from args (without the program name), with
-// environment fallbacks (package options says how), and validates them,
+// ParseOptions fills Options from args (without the program name) with
+// environment fallbacks (package options says how) and validates them,
 // returning every problem at once, or an error wrapping flag.ErrHelp for
 // -h.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
-	o := DefaultOptions()
-	err := o.bind(getenv).Parse(args, func() error { return o.Validate() })
-	return o, err
+	return options.Parse("ebb-webhook", DefaultOptions(), args, getenv)
 }
 
-// Usage writes the flags, their environment variables and defaults to w.
-func Usage(w io.Writer) {
-	o := DefaultOptions()
-	o.bind(func(string) string { return "" }).Usage(w)
-}
-
-func (o *Options) bind(getenv func(string) string) *options.Set {
-	s := options.New("ebb-webhook", getenv)
+// Bind adds the webhook's flags to s.
+func (o *Options) Bind(s *options.Set) {
 	s.String(&o.APIGroupSuffix, "api-group-suffix", "API group suffix naming this instance")
 	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
 	s.Env("kubeconfig", "KUBECONFIG")
@@ -168,7 +159,6 @@ func (o *Options) bind(getenv func(string) string) *options.Set {
 	s.String(&o.PprofAddr, "pprof-bind-address", "address of /debug/pprof (0: off)")
 	s.Bool(&o.LeaderElect, "leader-elect", "run the AppRoute controller in one replica at a time")
 	o.Log.Bind(s)
-	return s
 }
 
 // Validate returns every problem with o at once, or nil.

@@ -5,4 +5,4 @@ import (
 	"github.com/ebb-dev/ebb/internal/options"
 )
 
-func main() { options.Main("ebb-activator", activator.ParseOptions, activator.Usage, activator.Run) }
+func main() { options.Main("ebb-activator", activator.DefaultOptions, activator.Run) }

@@ -5,4 +5,4 @@ import (
 	"github.com/ebb-dev/ebb/scaler"
 )
 
-func main() { options.Main("ebb-scaler", scaler.ParseOptions, scaler.Usage, scaler.Run) }
+func main() { options.Main("ebb-scaler", scaler.DefaultOptions, scaler.Run) }

@@ -5,4 +5,4 @@ import (
 	"github.com/ebb-dev/ebb/sidecar"
 )
 
-func main() { options.Main("ebb-sidecar", sidecar.ParseOptions, sidecar.Usage, sidecar.Run) }
+func main() { options.Main("ebb-sidecar", sidecar.DefaultOptions, sidecar.Run) }

@@ -5,4 +5,4 @@ import (
 	"github.com/ebb-dev/ebb/webhook"
 )
 
-func main() { options.Main("ebb-webhook", webhook.ParseOptions, webhook.Usage, webhook.Run) }
+func main() { options.Main("ebb-webhook", webhook.DefaultOptions, webhook.Run) }

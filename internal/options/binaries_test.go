@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ebb-dev/ebb/activator"
+	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/scaler"
 	"github.com/ebb-dev/ebb/sidecar"
 	"github.com/ebb-dev/ebb/webhook"
@@ -25,11 +26,18 @@ func adapt[O any](parse func([]string, func(string) string) (O, error)) func([]s
 	return func(args []string, getenv func(string) string) error { _, err := parse(args, getenv); return err }
 }
 
+func usage[T any, P interface {
+	*T
+	options.Options
+}](program string, defaults func() T) func(io.Writer) {
+	return func(w io.Writer) { options.WriteUsage[T, P](w, program, defaults()) }
+}
+
 var binaries = []binary{
-	{name: "ebb-sidecar", parse: adapt(sidecar.ParseOptions), usage: sidecar.Usage},
-	{name: "ebb-activator", parse: adapt(activator.ParseOptions), usage: activator.Usage, kube: true, leader: true},
-	{name: "ebb-scaler", parse: adapt(scaler.ParseOptions), usage: scaler.Usage, kube: true},
-	{name: "ebb-webhook", parse: adapt(webhook.ParseOptions), usage: webhook.Usage, kube: true, leader: true},
+	{name: "ebb-sidecar", parse: adapt(sidecar.ParseOptions), usage: usage("ebb-sidecar", sidecar.DefaultOptions)},
+	{name: "ebb-activator", parse: adapt(activator.ParseOptions), usage: usage("ebb-activator", activator.DefaultOptions), kube: true, leader: true},
+	{name: "ebb-scaler", parse: adapt(scaler.ParseOptions), usage: usage("ebb-scaler", scaler.DefaultOptions), kube: true},
+	{name: "ebb-webhook", parse: adapt(webhook.ParseOptions), usage: usage("ebb-webhook", webhook.DefaultOptions), kube: true, leader: true},
 }
 
 // TestOneVocabulary: every binary takes the same log, kubeconfig and
@@ -80,7 +88,7 @@ func TestOneVocabulary(t *testing.T) {
 // sidecar option.
 func TestSidecarVariablesMissServiceLinks(t *testing.T) {
 	var usage strings.Builder
-	sidecar.Usage(&usage)
+	options.WriteUsage(&usage, "ebb-sidecar", sidecar.DefaultOptions())
 	n := 0
 	for _, l := range strings.Split(usage.String(), "\n") {
 		_, env, ok := strings.Cut(l, "(env ")

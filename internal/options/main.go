@@ -5,19 +5,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
-// Main is every ebb binary's main: it parses the options (-h prints Usage
-// to stdout and exits 0; bad options print every problem and exit 2), then
-// runs until SIGTERM or SIGINT cancels the context (a run error exits 1).
-func Main[O any](program string, parse func(args []string, getenv func(string) string) (O, error), usage func(io.Writer), run func(context.Context, O) error) {
-	opts, err := parse(os.Args[1:], os.Getenv)
+// Main is every ebb binary's main: it parses the options over defaults (-h
+// prints their usage to stdout and exits 0; bad options print every
+// problem and exit 2), then runs until SIGTERM or SIGINT cancels the
+// context (a run error exits 1).
+func Main[T any, P interface {
+	*T
+	Options
+}](program string, defaults func() T, run func(context.Context, T) error) {
+	opts, err := Parse[T, P](program, defaults(), os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		usage(os.Stdout)
+		WriteUsage[T, P](os.Stdout, program, defaults())
 		return
 	}
 	if err != nil {

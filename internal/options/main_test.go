@@ -3,7 +3,6 @@ package options
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,10 +15,7 @@ import (
 func TestMainExitCodes(t *testing.T) {
 	if mode := os.Getenv("EBB_TEST_MAIN"); mode != "" {
 		os.Args = append([]string{"prog"}, strings.Fields(mode)...)
-		Main("prog", func(args []string, getenv func(string) string) (testOptions, error) {
-			o, _, err := parse(args, nil, nil)
-			return o, err
-		}, func(w io.Writer) { _, _ = io.WriteString(w, "usage of prog\n") }, func(context.Context, testOptions) error {
+		Main("prog", func() mainOptions { return mainOptions{Count: 3} }, func(context.Context, mainOptions) error {
 			return errors.New("run failed")
 		})
 		return
@@ -28,7 +24,7 @@ func TestMainExitCodes(t *testing.T) {
 		args, stdout, stderr string
 		code                 int
 	}{
-		{args: "-h", code: 0, stdout: "usage of prog"},
+		{args: "-h", code: 0, stdout: "Usage of prog"},
 		{args: "--count=x", code: 2, stderr: "prog: invalid options"},
 		{args: "--count=1", code: 1, stderr: "prog: run failed"},
 	} {
@@ -50,3 +46,9 @@ func TestMainExitCodes(t *testing.T) {
 		}
 	}
 }
+
+type mainOptions struct{ Count int }
+
+func (o *mainOptions) Bind(s *Set) { s.Int(&o.Count, "count", "a count") }
+
+func (o *mainOptions) Validate() error { return nil }

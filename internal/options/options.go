@@ -121,6 +121,46 @@ func want(v flag.Value) string {
 	return "not a valid value"
 }
 
+// Options is what a binary's options struct does (through a pointer):
+// bind its flags to a Set and check itself, returning every problem at
+// once. If it also has a Complete method, Parse calls it before Validate to
+// fill the defaults that depend on other options.
+type Options interface {
+	Bind(s *Set)
+	Validate() error
+}
+
+type completer interface{ Complete() }
+
+// Parse fills o, which holds the defaults, from args (without the program
+// name) and the environment read through getenv, completes and validates
+// it. It returns every problem at once, or an error wrapping flag.ErrHelp
+// for -h.
+func Parse[T any, P interface {
+	*T
+	Options
+}](program string, o T, args []string, getenv func(string) string) (T, error) {
+	s := New(program, getenv)
+	P(&o).Bind(s)
+	err := s.Parse(args, func() error {
+		if c, ok := any(P(&o)).(completer); ok {
+			c.Complete()
+		}
+		return P(&o).Validate()
+	})
+	return o, err
+}
+
+// WriteUsage writes program's usage with o's values as the defaults.
+func WriteUsage[T any, P interface {
+	*T
+	Options
+}](w io.Writer, program string, o T) {
+	s := New(program, func(string) string { return "" })
+	P(&o).Bind(s)
+	s.Usage(w)
+}
+
 // Usage writes how to run the program: every flag, its default and its
 // environment variable.
 func (s *Set) Usage(w io.Writer) {

@@ -110,3 +110,42 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+type completed struct {
+	Listen string
+	Port   string // the port of Listen unless given
+}
+
+func (o *completed) Bind(s *Set) {
+	s.String(&o.Listen, "listen", "address")
+	s.String(&o.Port, "port", "port")
+}
+
+func (o *completed) Complete() {
+	if o.Port == "" {
+		_, o.Port, _ = strings.Cut(o.Listen, ":")
+	}
+}
+
+func (o *completed) Validate() error {
+	if o.Port == "" {
+		return errors.New("--port: empty")
+	}
+	return nil
+}
+
+// Parse completes the options from the parsed values, then validates.
+func TestParseCompletesThenValidates(t *testing.T) {
+	got, err := Parse("prog", completed{Listen: ":80"}, []string{"--listen=:9000"}, func(string) string { return "" })
+	if err != nil || got.Port != "9000" {
+		t.Errorf("got %+v, %v; want port 9000 from --listen", got, err)
+	}
+	if _, err := Parse("prog", completed{}, nil, func(string) string { return "" }); err == nil {
+		t.Error("Validate not called")
+	}
+	var b strings.Builder
+	WriteUsage(&b, "prog", completed{Listen: ":80"})
+	if !strings.Contains(b.String(), "(env EBB_LISTEN, default :80)") {
+		t.Errorf("usage:\n%s", b.String())
+	}
+}
