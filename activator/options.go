@@ -101,8 +101,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.APIGroupSuffix, "api-group-suffix", "group suffix of this ebb instance")
 	s.String(&o.Listen, "listen", "address of the data port")
 	s.String(&o.AdminListen, "admin-listen", "address of /healthz, /readyz, /metrics and /routing")
-	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
-	s.Env("kubeconfig", "KUBECONFIG")
+	s.Kubeconfig(&o.Kubeconfig)
 	s.Int(&o.QueueSize, "queue-size", "requests held per app unless its AppRoute says otherwise")
 	s.Int(&o.MaxHeld, "max-held", "requests held across every app")
 	s.Duration(&o.ColdStartTimeout, "cold-start-timeout", "how long a request is held unless its AppRoute says otherwise")
@@ -116,12 +115,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
 	s.Bool(&o.LeaderElection, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
 	o.Log.Bind(s)
-	s.String(&o.PodName, "pod-name", "this pod's name (downward API)")
-	s.Env("pod-name", "POD_NAME")
-	s.String(&o.PodNamespace, "pod-namespace", "this pod's namespace (downward API)")
-	s.Env("pod-namespace", "POD_NAMESPACE")
-	s.String(&o.PodIP, "pod-ip", "this pod's IP (downward API)")
-	s.Env("pod-ip", "POD_IP")
+	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }
 
 // Validate returns every problem of o at once.

@@ -85,8 +85,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.TLSCertFile, "tls-cert-file", "serve gRPC over TLS with this PEM certificate (reloaded when it changes)")
 	s.String(&o.TLSKeyFile, "tls-key-file", "PEM key of --tls-cert-file")
 	s.String(&o.TLSClientCAFile, "tls-client-ca-file", "require gRPC clients (KEDA, activators) to present a certificate signed by this PEM CA")
-	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
-	s.Env("kubeconfig", "KUBECONFIG")
+	s.Kubeconfig(&o.Kubeconfig)
 	o.Log.Bind(s)
 }
 

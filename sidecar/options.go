@@ -97,12 +97,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.AppReadiness, "app-readiness", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
 	s.Bool(&o.Counting, "counting", "count requests (turn off only to benchmark)")
 	o.Log.Bind(s)
-	s.String(&o.PodName, "pod-name", "this pod's name, for logs (downward API)")
-	s.Env("pod-name", "POD_NAME")
-	s.String(&o.PodNamespace, "pod-namespace", "this pod's namespace, for logs (downward API)")
-	s.Env("pod-namespace", "POD_NAMESPACE")
-	s.String(&o.PodIP, "pod-ip", "this pod's IP, for logs (downward API)")
-	s.Env("pod-ip", "POD_IP")
+	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }
 
 // Validate returns every problem of o at once, joined, or nil.

@@ -131,8 +131,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 // Bind adds the webhook's flags to s.
 func (o *Options) Bind(s *options.Set) {
 	s.String(&o.APIGroupSuffix, "api-group-suffix", "API group suffix naming this instance")
-	s.String(&o.Kubeconfig, "kubeconfig", "kubeconfig path; empty means in-cluster, then ~/.kube/config")
-	s.Env("kubeconfig", "KUBECONFIG")
+	s.Kubeconfig(&o.Kubeconfig)
 	s.String(&o.WebhookHost, "webhook-host", "address the admission server binds (empty: all)")
 	s.Int(&o.WebhookPort, "webhook-port", "port of the admission server")
 	s.String(&o.CertDir, "cert-dir", "directory of the serving certificate")

@@ -61,6 +61,25 @@ func (s *Set) Bool(p *bool, name, usage string) { s.fs.BoolVar(p, name, *p, usag
 // dropped; *p holds the default.
 func (s *Set) List(p *[]string, name, usage string) { s.fs.Var((*list)(p), name, usage) }
 
+// Kubeconfig binds *p to --kubeconfig, which falls back to KUBECONFIG.
+func (s *Set) Kubeconfig(p *string) {
+	s.String(p, "kubeconfig", "kubeconfig path or list of paths; empty means in-cluster, then ~/.kube/config")
+	s.Env("kubeconfig", "KUBECONFIG")
+}
+
+// Pod binds the pod's name, namespace and IP to --pod-name,
+// --pod-namespace and --pod-ip, which fall back to the variables the
+// downward API sets: POD_NAME, POD_NAMESPACE, POD_IP.
+func (s *Set) Pod(name, namespace, ip *string) {
+	for _, f := range []struct {
+		p          *string
+		flag, what string
+	}{{name, "pod-name", "name"}, {namespace, "pod-namespace", "namespace"}, {ip, "pod-ip", "IP"}} {
+		s.String(f.p, f.flag, "this pod's "+f.what+" (downward API)")
+		s.Env(f.flag, strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_")))
+	}
+}
+
 // Env makes the flag called name fall back to the variable env instead of
 // EnvName(name). Only for names users already know (KUBECONFIG) and the
 // downward API's (POD_NAMESPACE).
