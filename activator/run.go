@@ -33,6 +33,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/logroute"
 )
 
 // Run serves the activator until ctx ends, then drains held and proxied
@@ -376,6 +377,6 @@ func adminHandler(reg *prometheus.Registry, dp *DataPlane, src *sources, pod str
 
 func newLogger(o Options) logr.Logger {
 	log := logging.New(os.Stderr, "ebb-activator", o.Log)
-	kubeclient.RouteLogs(log, o.Log.Debug())
+	logroute.All(log, o.Log.Debug())
 	return log
 }

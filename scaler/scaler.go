@@ -27,6 +27,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/logroute"
 )
 
 // Scaler is one ebb-scaler: its listeners are bound by New, Run serves.
@@ -271,7 +272,7 @@ func newLogger(o Options) logr.Logger {
 		return *o.Logger
 	}
 	log := logging.New(os.Stderr, "ebb-scaler", o.Log)
-	kubeclient.RouteLogs(log, o.Log.Debug())
+	logroute.All(log, o.Log.Debug())
 	return log
 }
 

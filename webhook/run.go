@@ -23,6 +23,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/logroute"
 	"github.com/ebb-dev/ebb/webhook/selfsigned"
 )
 
@@ -111,7 +112,7 @@ func Run(ctx context.Context, opts Options) error {
 
 func newLogger(opts Options) logr.Logger {
 	log := logging.New(os.Stderr, "ebb-webhook", opts.Log)
-	kubeclient.RouteLogs(log, opts.Log.Debug())
+	logroute.All(log, opts.Log.Debug())
 	return log
 }
 
