@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
@@ -153,7 +154,7 @@ func TestCounting(t *testing.T) {
 				if _, err := r.client.CoreV1().Pods(ns).UpdateStatus(t.Context(), p, metav1.UpdateOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				eventually(t, "pod running", func() bool { return len(r.s.reg.readable()) == 1 })
+				testwait.For(t, 10*time.Second, "pod running", func() bool { return len(r.s.reg.readable()) == 1 })
 				r.tick()
 			},
 			want: AppStatus{RequestsCounted: 2, Pods: 1, ReadyPods: 1, Active: true},

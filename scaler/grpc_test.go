@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 // rpcRig: hello has 3+4 in flight in two sidecars and 2 held; idle has a
@@ -27,7 +28,7 @@ func rpcRig(t *testing.T) *rig {
 	c := r.pushClient("ebb-system/activator-0")
 	c.Set(holdpush.App{Namespace: ns, Name: "hello"}, 2)
 	c.Set(holdpush.App{Namespace: ns, Name: "cold"}, 1)
-	eventually(t, "held counts", func() bool {
+	testwait.For(t, 10*time.Second, "held counts", func() bool {
 		return r.s.hold.Held(holdpush.App{Namespace: ns, Name: "cold"}) == 1 && r.s.hold.Held(holdpush.App{Namespace: ns, Name: "hello"}) == 2
 	})
 	a.set(3, 160, 1)                                           // 60 requests since the first tick

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 func recvActive(t *testing.T, st grpc.ServerStreamingClient[externalscaler.IsActiveResponse]) bool {
@@ -94,7 +95,7 @@ func TestTwoScalersAgree(t *testing.T) {
 	client := fake.NewClientset(appPod("hello-0", "hello", a), appPod("hello-1", "hello", b), appPod("legacy-0", "legacy", nil))
 	r1, r2 := newRig(t, client, nil), newRig(t, client, nil)
 	r1.addPod(appPod("hello-2", "hello", newSidecar(t, 1, 5, 4)))
-	eventually(t, "second replica sees the new pod", func() bool { return len(r2.s.reg.readable()) == 3 })
+	testwait.For(t, 10*time.Second, "second replica sees the new pod", func() bool { return len(r2.s.reg.readable()) == 3 })
 
 	rigs := map[string]*rig{"passthrough:///r1": r1, "passthrough:///r2": r2}
 	c, err := holdpush.NewClient(holdpush.ClientOptions{Activator: "ebb-system/activator-0", DialOptions: []grpc.DialOption{
@@ -111,7 +112,7 @@ func TestTwoScalersAgree(t *testing.T) {
 	c.Set(holdpush.App{Namespace: ns, Name: "hello"}, 2)
 	c.Set(holdpush.App{Namespace: ns, Name: "cold"}, 1)
 	for _, r := range []*rig{r1, r2} {
-		eventually(t, "pushes reach both", func() bool {
+		testwait.For(t, 10*time.Second, "pushes reach both", func() bool {
 			return r.s.hold.Held(holdpush.App{Namespace: ns, Name: "cold"}) == 1 && r.s.hold.Held(holdpush.App{Namespace: ns, Name: "hello"}) == 2
 		})
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 // sidecar is a simulated ebb sidecar: a real HTTP server serving /stats.
@@ -134,7 +135,7 @@ func newRig(t *testing.T, client kubernetes.Interface, edit func(*Options)) *rig
 	}
 	t.Cleanup(func() { conn.Close() })
 	r := &rig{t: t, s: s, client: client, lis: lis, es: externalscaler.NewExternalScalerClient(conn), conn: conn}
-	eventually(t, "first tick", s.Ready)
+	testwait.For(t, 10*time.Second, "first tick", s.Ready)
 	return r
 }
 
@@ -146,7 +147,7 @@ func (r *rig) addPod(p *corev1.Pod) {
 	if _, err := r.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		r.t.Fatal(err)
 	}
-	eventually(r.t, "pod "+p.Name+" in the registry", func() bool {
+	testwait.For(r.t, 10*time.Second, "pod "+p.Name+" in the registry", func() bool {
 		r.s.reg.mu.RLock()
 		defer r.s.reg.mu.RUnlock()
 		return r.s.reg.pods[p.Namespace+"/"+p.Name] != nil
@@ -158,7 +159,7 @@ func (r *rig) deletePod(name string) {
 	if err := r.client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		r.t.Fatal(err)
 	}
-	eventually(r.t, "pod "+name+" gone from the registry", func() bool {
+	testwait.For(r.t, 10*time.Second, "pod "+name+" gone from the registry", func() bool {
 		r.s.reg.mu.RLock()
 		defer r.s.reg.mu.RUnlock()
 		return r.s.reg.pods[ns+"/"+name] == nil
@@ -203,15 +204,4 @@ func (r *rig) active(so *externalscaler.ScaledObjectRef) bool {
 		r.t.Fatal(err)
 	}
 	return resp.Result
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }

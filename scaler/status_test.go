@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -33,7 +35,7 @@ func TestAdminEndpoints(t *testing.T) {
 	r := newRig(t, fake.NewClientset(appPod("hello-0", "hello", sc), appPod("legacy-0", "legacy", nil)), nil)
 	c := r.pushClient("ebb-system/activator-0")
 	c.Set(holdpush.App{Namespace: ns, Name: "hello"}, 1)
-	eventually(t, "held", func() bool { return r.s.hold.Held(holdpush.App{Namespace: ns, Name: "hello"}) == 1 })
+	testwait.For(t, 10*time.Second, "held", func() bool { return r.s.hold.Held(holdpush.App{Namespace: ns, Name: "hello"}) == 1 })
 	base := "http://" + r.s.AdminAddr().String()
 
 	code, body := get(t, base+"/apps")

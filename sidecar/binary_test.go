@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 const mainPkg = "github.com/ebb-dev/ebb/cmd/ebb-sidecar"
@@ -81,7 +82,7 @@ func TestBinary(t *testing.T) {
 		}
 		close(logs)
 	}()
-	waitFor(t, "ready", func() bool {
+	testwait.For(t, 5*time.Second, "ready", func() bool {
 		resp, err := http.Get("http://" + admin + stats.ReadyPath)
 		if err != nil {
 			return false
@@ -100,7 +101,7 @@ func TestBinary(t *testing.T) {
 		resp.Body.Close()
 		result <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}()
-	waitFor(t, "request in flight", func() bool {
+	testwait.For(t, 5*time.Second, "request in flight", func() bool {
 		resp, err := http.Get("http://" + admin + stats.Path)
 		if err != nil {
 			return false

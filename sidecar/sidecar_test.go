@@ -30,6 +30,7 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 func get(t *testing.T, c *http.Client, url string, hdr ...string) (int, string) {
@@ -69,18 +70,6 @@ func readStats(t *testing.T, r *running) stats.Snapshot {
 		t.Fatalf("stats body %q: %v", b, err)
 	}
 	return s
-}
-
-// waitFor polls cond for up to 5s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestParseOptions(t *testing.T) {
@@ -231,7 +220,7 @@ func TestCountsUnderConcurrency(t *testing.T) {
 	}
 	// The last short request may still be on its way out when the total
 	// is reached.
-	waitFor(t, "short requests", func() bool {
+	testwait.For(t, 5*time.Second, "short requests", func() bool {
 		s := readStats(t, r)
 		return s.Total == blocked+workers*each && s.InFlight == blocked
 	})
@@ -241,7 +230,7 @@ func TestCountsUnderConcurrency(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitFor(t, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
+	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
 	s := readStats(t, r)
 	if diff := cmp.Diff(stats.Snapshot{InFlight: 0, Total: blocked + workers*each, BootID: s.BootID}, s); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
@@ -279,7 +268,7 @@ func TestMetrics(t *testing.T) {
 	r := startSidecar(t, testOptions(app.addr))
 	get(t, http.DefaultClient, "http://"+r.addr+"/")
 	// The gauge drops just after the client has the whole response.
-	waitFor(t, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
+	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
 	_, body := get(t, http.DefaultClient, "http://"+r.admin+"/metrics")
 	for _, want := range []string{"ebb_sidecar_requests_in_flight 0\n", "ebb_sidecar_requests_total 1\n", "ebb_sidecar_upstream_errors_total 0\n"} {
 		if !strings.Contains(body, want) {
@@ -314,7 +303,7 @@ func TestWebSocketEchoCountsWhileOpen(t *testing.T) {
 	}
 	ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
 	ws.Close()
-	waitFor(t, "WebSocket no longer in flight", func() bool { return readStats(t, r).InFlight == 0 })
+	testwait.For(t, 5*time.Second, "WebSocket no longer in flight", func() bool { return readStats(t, r).InFlight == 0 })
 }
 
 func TestSSEArrivesIncrementally(t *testing.T) {
@@ -540,10 +529,10 @@ func TestDrain(t *testing.T) {
 		resp.Body.Close()
 		slow <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}()
-	waitFor(t, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
+	testwait.For(t, 5*time.Second, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
 	start := time.Now()
 	r.cancel() // what SIGTERM does in ebb-sidecar
-	waitFor(t, "not ready", func() bool {
+	testwait.For(t, 5*time.Second, "not ready", func() bool {
 		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
 		return code == 503
 	})
@@ -667,7 +656,7 @@ func TestWaitForDrainSendsGOAWAY(t *testing.T) {
 		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
 		done <- code
 	}()
-	waitFor(t, "the GOAWAY", func() bool {
+	testwait.For(t, 5*time.Second, "the GOAWAY", func() bool {
 		request()
 		return conns[len(conns)-1] != conns[0]
 	})
@@ -685,7 +674,7 @@ func TestWaitForDrainWaitsForInFlight(t *testing.T) {
 	o.DrainTimeout = 400 * time.Millisecond
 	r := startSidecar(t, o)
 	go http.Get("http://" + r.addr + "/slow?d=2s")
-	waitFor(t, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
+	testwait.For(t, 5*time.Second, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
 	start := time.Now()
 	code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
 	took := time.Since(start)
@@ -708,7 +697,7 @@ func TestDrainTimeoutCuts(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
+	testwait.For(t, 5*time.Second, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
 	start := time.Now()
 	r.cancel()
 	<-r.done
@@ -774,7 +763,7 @@ func TestReadyFollowsTheAppsReadinessCheck(t *testing.T) {
 	}
 	ready.Store(true)
 	start := time.Now()
-	waitFor(t, "ready", func() bool {
+	testwait.For(t, 5*time.Second, "ready", func() bool {
 		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
 		return code == 200
 	})
@@ -782,7 +771,7 @@ func TestReadyFollowsTheAppsReadinessCheck(t *testing.T) {
 		t.Errorf("ready %v after the app's check passed, want well under a second", took)
 	}
 	ready.Store(false)
-	waitFor(t, "not ready again", func() bool {
+	testwait.For(t, 5*time.Second, "not ready again", func() bool {
 		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
 		return code == 503
 	})

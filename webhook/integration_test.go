@@ -29,6 +29,7 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/ebb-dev/ebb/webhook/inject"
 	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
@@ -214,22 +215,6 @@ func getRoute(ctx context.Context, c client.Client, names groupsuffix.Names, ns,
 	return &r, nil
 }
 
-// eventually retries f until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func TestInjectsLabelledPodInLabelledNamespace(t *testing.T) {
 	needEnv(t)
 	ctx := context.Background()
@@ -355,7 +340,7 @@ func TestRegistersAppRoute(t *testing.T) {
 	makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
 	d, podTmpl := deploymentChain(t, c, ns, "shop", appTemplate(map[string]string{"ebb.dev/app": "shop"},
 		map[string]string{"ebb.dev/hosts": "shop.example.com,*.shop.example.com", "ebb.dev/paths": "/api", "ebb.dev/cold-start-timeout": "45s"}), 1)
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		_, err := getRoute(ctx, c, ebbNames, ns, "shop")
 		return err
 	})
@@ -396,7 +381,7 @@ func TestRegistersAppRoute(t *testing.T) {
 	}
 
 	// Status: no Service yet.
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		return wantCondition(ctx, c, ns, "shop", routingv1alpha1.ConditionReady, metav1.ConditionFalse, "NoService")
 	})
 
@@ -408,17 +393,17 @@ func TestRegistersAppRoute(t *testing.T) {
 	if err := c.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		return wantCondition(ctx, c, ns, "shop", routingv1alpha1.ConditionSidecarReachable, metav1.ConditionFalse, "TargetsAppPortByNumber")
 	})
 	svc.Spec.Ports[0].TargetPort = intstr.FromString("http")
 	if err := c.Update(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		return wantCondition(ctx, c, ns, "shop", routingv1alpha1.ConditionSidecarReachable, metav1.ConditionTrue, "TargetsSidecar")
 	})
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		return wantCondition(ctx, c, ns, "shop", routingv1alpha1.ConditionReady, metav1.ConditionTrue, "Routed")
 	})
 
@@ -441,7 +426,7 @@ func TestRegistersAppRoute(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		r, err := getRoute(ctx, c, ebbNames, ns, "shop")
 		if err != nil {
 			return err
@@ -463,7 +448,7 @@ func TestRegistersAppRoute(t *testing.T) {
 	if err := c.Update(ctx, &cur); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		r, err := getRoute(ctx, c, ebbNames, ns, "shop")
 		if err != nil {
 			return err
@@ -482,7 +467,7 @@ func TestRegistersAppRoute(t *testing.T) {
 	if err := c.Update(ctx, &cur); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		return wantCondition(ctx, c, ns, "shop", routingv1alpha1.ConditionReady, metav1.ConditionFalse, "InvalidAnnotations")
 	})
 
@@ -494,7 +479,7 @@ func TestRegistersAppRoute(t *testing.T) {
 	if err := c.Update(ctx, &cur); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		if _, err := getRoute(ctx, c, ebbNames, ns, "shop"); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("AppRoute of an opted-out app: get = %v, want NotFound", err)
 		}
@@ -542,7 +527,7 @@ func TestTwoInstances(t *testing.T) {
 			t.Errorf("%s: %d sidecars, annotations %v; want one sidecar from %s", tc.ns, sidecars(pod), pod.Annotations, tc.mine.Suffix())
 		}
 		var r *routingv1alpha1.AppRoute
-		eventually(t, 10*time.Second, func() error {
+		testwait.Check(t, 10*time.Second, func() error {
 			r, err = getRoute(ctx, c, tc.mine, tc.ns, "two")
 			return err
 		})
@@ -661,7 +646,7 @@ func TestBinary(t *testing.T) {
 	if err := c.Update(ctx, &mwc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testwait.Check(t, 30*time.Second, func() error {
 		pod, err := createPod(ctx, c, "proc", "reloaded", appTemplate(map[string]string{"proc.example.com/app": "hello"}, nil), client.DryRunAll)
 		if err != nil {
 			return err

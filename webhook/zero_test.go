@@ -15,6 +15,7 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 // zeroDeployment creates a Deployment at 0 replicas, as a scale-to-zero user
@@ -73,7 +74,7 @@ type routeOf struct {
 // waitRoute waits until the AppRoute of names' group is want.
 func waitRoute(t *testing.T, c client.Client, names groupsuffix.Names, ns, name string, want routeOf) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		r, err := getRoute(context.Background(), c, names, ns, name)
 		if err != nil {
 			return err
@@ -94,7 +95,7 @@ func waitRoute(t *testing.T, c client.Client, names groupsuffix.Names, ns, name 
 // waitNoRoute waits until the AppRoute is gone.
 func waitNoRoute(t *testing.T, c client.Client, names groupsuffix.Names, ns, name string) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	testwait.Check(t, 10*time.Second, func() error {
 		if _, err := getRoute(context.Background(), c, names, ns, name); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("AppRoute %s/%s in %s: get = %v, want NotFound", ns, name, names.Group(), err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -115,17 +116,6 @@ func (r *rig) client(activator string, resend time.Duration) *Client {
 	return c
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 var hello, cart = App{"shop", "hello"}, App{"shop", "cart"}
 
 func TestActivatorsAreSummed(t *testing.T) {
@@ -139,12 +129,12 @@ func TestActivatorsAreSummed(t *testing.T) {
 	a0, a1 := r.client("ebb-system/activator-0", time.Hour), r.client("ebb-system/activator-1", time.Hour)
 
 	a0.Set(hello, 2)
-	eventually(t, "hello=2", func() bool { return r.server().Held(hello) == 2 })
+	testwait.For(t, 5*time.Second, "hello=2", func() bool { return r.server().Held(hello) == 2 })
 	a1.Set(hello, 3)
-	eventually(t, "hello=5", func() bool { return r.server().Held(hello) == 5 })
+	testwait.For(t, 5*time.Second, "hello=5", func() bool { return r.server().Held(hello) == 5 })
 	a0.Set(hello, 0)
 	a1.Set(cart, 1)
-	eventually(t, "hello=3, cart=1", func() bool { return r.server().Held(hello) == 3 && r.server().Held(cart) == 1 })
+	testwait.For(t, 5*time.Second, "hello=3, cart=1", func() bool { return r.server().Held(hello) == 3 && r.server().Held(cart) == 1 })
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -162,11 +152,11 @@ func TestRestartedScalerConverges(t *testing.T) {
 	c := r.client("ebb-system/activator-0", time.Hour)
 	c.Set(hello, 4)
 	c.Set(cart, 1)
-	eventually(t, "first scaler has both apps", func() bool { return r.server().Held(hello) == 4 && r.server().Held(cart) == 1 })
+	testwait.For(t, 5*time.Second, "first scaler has both apps", func() bool { return r.server().Held(hello) == 4 && r.server().Held(cart) == 1 })
 
 	r.stop()
 	r.start() // a new, empty scaler at the same address
-	eventually(t, "restarted scaler has both apps without a new Set", func() bool {
+	testwait.For(t, 5*time.Second, "restarted scaler has both apps without a new Set", func() bool {
 		return r.server().Held(hello) == 4 && r.server().Held(cart) == 1
 	})
 }
@@ -175,14 +165,14 @@ func TestPeriodicResendRepairs(t *testing.T) {
 	r := newRig(t, ServerOptions{})
 	c := r.client("ebb-system/activator-0", 20*time.Millisecond)
 	c.Set(hello, 2)
-	eventually(t, "hello=2", func() bool { return r.server().Held(hello) == 2 })
+	testwait.For(t, 5*time.Second, "hello=2", func() bool { return r.server().Held(hello) == 2 })
 	// A scaler that lost track (here: cleared by hand) is repaired by the
 	// next full resend, with no change on the activator.
 	srv := r.server()
 	srv.mu.Lock()
 	srv.setLocked(srv.activators["ebb-system/activator-0"], hello, 0)
 	srv.mu.Unlock()
-	eventually(t, "hello=2 again", func() bool { return r.server().Held(hello) == 2 })
+	testwait.For(t, 5*time.Second, "hello=2 again", func() bool { return r.server().Held(hello) == 2 })
 }
 
 func TestCountsDroppedAfterGrace(t *testing.T) {
@@ -191,7 +181,7 @@ func TestCountsDroppedAfterGrace(t *testing.T) {
 	r := newRig(t, ServerOptions{Grace: grace, OnDrop: func(a string, _ int) { dropped <- a }})
 	c := r.client("ebb-system/activator-0", time.Hour)
 	c.Set(hello, 7)
-	eventually(t, "hello=7", func() bool { return r.server().Held(hello) == 7 })
+	testwait.For(t, 5*time.Second, "hello=7", func() bool { return r.server().Held(hello) == 7 })
 
 	closed := time.Now()
 	c.Close()
@@ -224,12 +214,12 @@ func TestReconnectWithinGraceKeepsCounts(t *testing.T) {
 	}})
 	old := r.client("ebb-system/activator-0", time.Hour)
 	old.Set(hello, 3)
-	eventually(t, "hello=3", func() bool { return r.server().Held(hello) == 3 })
+	testwait.For(t, 5*time.Second, "hello=3", func() bool { return r.server().Held(hello) == 3 })
 	old.Close()
 	again := r.client("ebb-system/activator-0", time.Hour)
 	again.Set(hello, 3)
 	again.Set(cart, 1)
-	eventually(t, "cart=1", func() bool { return r.server().Held(cart) == 1 })
+	testwait.For(t, 5*time.Second, "cart=1", func() bool { return r.server().Held(cart) == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if diff := cmp.Diff([]int64{3, 1}, changes); diff != "" {
@@ -284,13 +274,13 @@ func TestSilentStreamIsCut(t *testing.T) {
 	if err := cs.SendMsg(&Batch{Activator: "a", Full: true, Holds: []Hold{{App: hello, Held: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "hello=2", func() bool { return r.server().Held(hello) == 2 })
+	testwait.For(t, 5*time.Second, "hello=2", func() bool { return r.server().Held(hello) == 2 })
 	start := time.Now()
 	err := cs.RecvMsg(&Ack{})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("silent stream ended with %v, want DeadlineExceeded", err)
 	}
-	eventually(t, "hello dropped", func() bool { return r.server().Held(hello) == 0 })
+	testwait.For(t, 5*time.Second, "hello dropped", func() bool { return r.server().Held(hello) == 0 })
 	if took := time.Since(start); took < 150*time.Millisecond {
 		t.Errorf("silent stream cut after %s, want about StaleAfter+Grace", took)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 )
@@ -209,17 +210,6 @@ func fresh(t *testing.T, e *engine, path string) {
 	wantEq(t, "second client's response", "HTTP/1.1 200 OK\r\nContent-Length: "+itoa(len(body))+"\r\n\r\n"+body, cl.response("GET"))
 }
 
-func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestSmugglingThroughConnectionIsFramed(t *testing.T) {
 	smuggled := "GET /slow-evil HTTP/1.1\r\nHost: evil\r\n\r\n"
 	tests := []struct {
@@ -328,19 +318,19 @@ func TestClientGoneEndsRequest(t *testing.T) {
 			} else {
 				cl.send("GET /hang HTTP/1.1\r\nHost: a\r\n\r\n")
 			}
-			waitUntil(t, "request in flight", 2*time.Second, func() bool { return e.h.inFlight.Load() == 1 })
-			waitUntil(t, "app has the request", 2*time.Second, func() bool {
+			testwait.For(t, 2*time.Second, "request in flight", func() bool { return e.h.inFlight.Load() == 1 })
+			testwait.For(t, 2*time.Second, "app has the request", func() bool {
 				r := app.received()
 				return len(r) == 1 && strings.HasSuffix(r[0], "\r\n\r\n") || len(r) == 1 && strings.HasSuffix(r[0], "0\r\n\r\n")
 			})
 			cl.c.Close()
 			start := time.Now()
-			waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
+			testwait.For(t, time.Second, "request out of flight", func() bool { return e.h.inFlight.Load() == 0 })
 			if took := time.Since(start); took > 2*clientCheck+50*time.Millisecond {
 				t.Errorf("left the in-flight count after %v, want within %v", took, 2*clientCheck)
 			}
-			waitUntil(t, "connection to the app closed", time.Second, func() bool { return app.eofs.Load() == 1 })
-			waitUntil(t, "client connection released", time.Second, func() bool { return e.srv.OpenConns() == 0 })
+			testwait.For(t, time.Second, "connection to the app closed", func() bool { return app.eofs.Load() == 1 })
+			testwait.For(t, time.Second, "client connection released", func() bool { return e.srv.OpenConns() == 0 })
 			fresh(t, e, "/b")
 		})
 	}
@@ -365,7 +355,7 @@ func TestResponseHeaderTimeoutIs504NamingTheApp(t *testing.T) {
 	if took := time.Since(start); took < o.ResponseHeaderTimeout || took > o.ResponseHeaderTimeout+time.Second {
 		t.Errorf("504 after %v, want about %v", took, o.ResponseHeaderTimeout)
 	}
-	waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
+	testwait.For(t, time.Second, "request out of flight", func() bool { return e.h.inFlight.Load() == 0 })
 	fresh(t, e, "/b")
 }
 
@@ -458,7 +448,7 @@ func TestStrictChunkedRequestBodies(t *testing.T) {
 			if !strings.HasPrefix(got, "HTTP/1.1 400 ") || !closed {
 				t.Errorf("got %q (closed %v), want 400 and the connection closed", got, closed)
 			}
-			waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
+			testwait.For(t, time.Second, "request out of flight", func() bool { return e.h.inFlight.Load() == 0 })
 			fresh(t, e, "/b")
 			for _, r := range app.received() {
 				if strings.Contains(r, "0\r\n\r\n") && strings.HasPrefix(r, "POST") {
@@ -504,7 +494,7 @@ func TestStrictResponses(t *testing.T) {
 			if !strings.HasPrefix(got, "HTTP/1.1 502 Bad Gateway\r\n") || !strings.Contains(got, "malformed response from the app") {
 				t.Errorf("got %q, want a 502 naming a malformed response", got)
 			}
-			waitUntil(t, "connection to the app closed", time.Second, func() bool { return app.eofs.Load() == 1 })
+			testwait.For(t, time.Second, "connection to the app closed", func() bool { return app.eofs.Load() == 1 })
 			fresh(t, e, "/b")
 			if n := len(app.received()); n != 2 {
 				t.Errorf("the app saw %d connections, want 2 (the first one closed)", n)
@@ -542,7 +532,7 @@ func TestStrictChunkedResponseBodies(t *testing.T) {
 	if !closed {
 		t.Error("client connection not closed")
 	}
-	waitUntil(t, "connections to the app closed", time.Second, func() bool { return app.eofs.Load() == 2 })
+	testwait.For(t, time.Second, "connections to the app closed", func() bool { return app.eofs.Load() == 2 })
 	fresh(t, e, "/b")
 }
 
@@ -705,11 +695,11 @@ func TestPartialResponseHeadStillChecksTheClient(t *testing.T) {
 	e := startEngine(t, app, testEngineOptions())
 	cl := dial(t, e.addr)
 	cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-	waitUntil(t, "request in flight", time.Second, func() bool { return e.h.inFlight.Load() == 1 })
+	testwait.For(t, time.Second, "request in flight", func() bool { return e.h.inFlight.Load() == 1 })
 	time.Sleep(3 * clientCheck)
 	cl.c.Close()
-	waitUntil(t, "request out of flight", time.Second, func() bool { return e.h.inFlight.Load() == 0 })
-	waitUntil(t, "client connection released", time.Second, func() bool { return e.srv.OpenConns() == 0 })
+	testwait.For(t, time.Second, "request out of flight", func() bool { return e.h.inFlight.Load() == 0 })
+	testwait.For(t, time.Second, "client connection released", func() bool { return e.srv.OpenConns() == 0 })
 }
 
 // TestPartialResponseHeadTimesOut: a head that starts but never ends gets
@@ -772,14 +762,14 @@ func TestAppNotReadingTheBodyIsCut(t *testing.T) {
 				}
 			}
 		}()
-		waitUntil(t, "request in flight", time.Second, func() bool { return e.h.inFlight.Load() == 1 })
+		testwait.For(t, time.Second, "request in flight", func() bool { return e.h.inFlight.Load() == 1 })
 		start := time.Now()
 		if closeServer {
 			e.srv.Close()
 		} else {
 			c.Close()
 		}
-		waitUntil(t, "request out of flight", 3*o.IdleTimeout, func() bool { return e.h.inFlight.Load() == 0 })
+		testwait.For(t, 3*o.IdleTimeout, "request out of flight", func() bool { return e.h.inFlight.Load() == 0 })
 		t.Logf("close server %v: out of flight after %v", closeServer, time.Since(start).Round(time.Millisecond))
 		close(stop)
 		c.Close()
