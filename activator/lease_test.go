@@ -21,6 +21,9 @@ import (
 // hangs), and then campaigns again at once; a tombstone counts as a deleted
 // pod. Run against a real kube-apiserver (envtest, KUBEBUILDER_ASSETS).
 func TestReleaseIfHolderCannotServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
+	}
 	names, err := groupsuffix.New("ebb.dev")
 	if err != nil {
 		t.Fatal(err)

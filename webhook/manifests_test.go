@@ -12,21 +12,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/test/repo"
 	"github.com/ebb-dev/ebb/webhook"
-	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
 
 func controllerGen(t *testing.T) (root, bin string) {
 	t.Helper()
-	root, err := webhooktest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin = filepath.Join(root, "bin", "controller-gen")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s missing: make builds it (cd test/tools/dev && GOBIN=%s go install sigs.k8s.io/controller-tools/cmd/controller-gen)", bin, filepath.Dir(bin))
-	}
-	return root, bin
+	return repo.MustRoot(t), repo.Tool(t, "controller-gen")
 }
 
 // TestGeneratedFilesAreFresh regenerates config/ and the deepcopy code into
@@ -85,7 +77,7 @@ func readDir(t *testing.T, dir string) map[string]string {
 // TestConfigurationMatchesGeneratedManifest keeps webhook.Configuration (any
 // suffix, with selectors) and the controller-gen marker in step.
 func TestConfigurationMatchesGeneratedManifest(t *testing.T) {
-	root, err := webhooktest.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

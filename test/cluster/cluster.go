@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ebb-dev/ebb/test/repo"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +84,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	binDir, err := BinDir()
+	binDir, err := repo.Bin()
 	if err != nil {
 		return nil, err
 	}

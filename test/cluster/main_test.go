@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -11,5 +12,5 @@ import (
 var lc *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true}, func(c *cluster.Cluster) { lc = c }))
+	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true}, func(_ context.Context, c *cluster.Cluster) error { lc = c; return nil }))
 }

@@ -2,50 +2,13 @@ package cluster
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/ebb-dev/ebb/test/repo"
 )
-
-// ModuleRoot walks up from the working directory to the directory holding
-// ebb's go.mod.
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find module root: %w", err)
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && isEbbModule(b) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find module root: no go.mod of github.com/ebb-dev/ebb above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func isEbbModule(gomod []byte) bool {
-	const first = "module github.com/ebb-dev/ebb\n"
-	return len(gomod) >= len(first) && string(gomod[:len(first)]) == first
-}
-
-// BinDir is <module root>/bin, where the Makefile puts every program the
-// cluster runs. EBB_BIN_DIR overrides it.
-func BinDir() (string, error) {
-	if d := os.Getenv("EBB_BIN_DIR"); d != "" {
-		return filepath.Abs(d)
-	}
-	root, err := ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, "bin"), nil
-}
 
 // binaries checks that every named program exists in binDir and returns
 // their paths, or one error naming everything missing and how to build it.
@@ -80,7 +43,7 @@ func lookPath(name, pkg string) (string, error) {
 // the version of ebb's build list (KEDA's for its CRDs; cert-manager's,
 // which `make tools` downloads, for theirs).
 func ModuleDir(module string) (string, error) {
-	root, err := ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}

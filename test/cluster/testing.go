@@ -14,15 +14,18 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// Main is the TestMain of a test package that runs against a local
-// cluster: it starts one with opts (skipping everything under -short), hands
-// it to set, runs the tests and stops the cluster. Use it as
+// Main is the TestMain of every test package that runs against a local
+// cluster: it starts one with opts (skipping everything under -short),
+// hands it to ready, which keeps it and may set more up (an error fails
+// the package), runs the tests and stops the cluster. Use it as
 //
-//	func TestMain(m *testing.M) { os.Exit(cluster.Main(m, cluster.Options{}, func(c *cluster.Cluster) { lc = c })) }
-func Main(m *testing.M, opts Options, set func(*Cluster)) int {
+//	func TestMain(m *testing.M) {
+//		os.Exit(cluster.Main(m, cluster.Options{}, func(_ context.Context, c *cluster.Cluster) error { lc = c; return nil }))
+//	}
+func Main(m *testing.M, opts Options, ready func(context.Context, *Cluster) error) int {
 	flag.Parse()
 	if testing.Short() {
-		fmt.Println("skipping local-cluster tests in -short mode")
+		fmt.Println("skipping the local-cluster tests in -short mode (make test-integration or make e2e runs them)")
 		return 0
 	}
 	if opts.Logf == nil {
@@ -36,7 +39,10 @@ func Main(m *testing.M, opts Options, set func(*Cluster)) int {
 		return 1
 	}
 	defer c.Stop()
-	set(c)
+	if err := ready(ctx, c); err != nil {
+		fmt.Fprintf(os.Stderr, "set up the local cluster: %v\n(logs in %s/logs)\n", err, c.Dir)
+		return 1
+	}
 	return m.Run()
 }
 

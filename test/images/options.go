@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 
+	"github.com/ebb-dev/ebb/test/repo"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -68,7 +67,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 		problems = append(problems, fmt.Errorf("--tag %q: not a valid image tag", o.tag))
 	}
 
-	root, err := moduleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		problems = append(problems, err)
 	}
@@ -80,25 +79,4 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 		problems = append(problems, fmt.Errorf("--bin-dir: %w", err))
 	}
 	return o, errors.Join(problems...)
-}
-
-// moduleRoot walks up from the working directory to the directory holding
-// ebb's go.mod. (test/cluster has one too, but importing it would compile
-// client-go into this program.)
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find module root: %w", err)
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(b, []byte("module github.com/ebb-dev/ebb\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find module root: no go.mod of github.com/ebb-dev/ebb above the working directory")
-		}
-		dir = parent
-	}
 }

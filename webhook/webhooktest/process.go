@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/test/repo"
 	"github.com/ebb-dev/ebb/webhook"
 )
 
@@ -28,7 +29,7 @@ type Process struct {
 
 // BuildWebhook builds cmd/ebb-webhook into dir and returns the binary's path.
 func BuildWebhook(dir string) (string, error) {
-	root, err := ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}

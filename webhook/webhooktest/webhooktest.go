@@ -25,27 +25,9 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/test/repo"
 	"github.com/ebb-dev/ebb/webhook"
 )
-
-// ModuleRoot walks up from the working directory to the directory holding
-// go.mod.
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
 
 // Assets returns the directory of kube-apiserver and etcd: $KUBEBUILDER_ASSETS,
 // else <root>/bin/k8s, created with symlinks to <root>/bin/kube-apiserver and
@@ -54,7 +36,7 @@ func Assets() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, checkAssets(dir)
 	}
-	root, err := ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}
@@ -94,7 +76,7 @@ func checkAssets(dir string) error {
 
 // CRD is the generated AppRoute CRD (config/crd) moved to group.
 func CRD(group string) (*apiextensionsv1.CustomResourceDefinition, error) {
-	root, err := ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/test/repo"
 )
 
 // Options name one release of the chart.
@@ -94,7 +95,7 @@ func Install(ctx context.Context, c *cluster.Cluster, o Options) (*Release, erro
 	if err != nil {
 		return nil, err
 	}
-	root, err := cluster.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/test/repo"
 )
 
 // Versions of the CRDs the chart's optional objects need.
@@ -37,7 +38,7 @@ var restricted = map[string]string{"pod-security.kubernetes.io/enforce": "restri
 // and with every option on, and each Deployment's pod as a dry-run Pod in a
 // namespace that enforces Pod Security "restricted".
 func TestServerSideDryRun(t *testing.T) {
-	c := needCluster(t)
+	c := lc
 	ctx := context.Background()
 	applyOptionalCRDs(t, c)
 	dyn, mapper := clients(t, c)
@@ -159,7 +160,7 @@ func (a access) String() string {
 // SubjectAccessReviews, whether each component's ServiceAccount may do what
 // its code does (its informers and clients) and may not read Secrets.
 func TestRBAC(t *testing.T) {
-	c := needCluster(t)
+	c := lc
 	for _, selfSigned := range []bool{true, false} {
 		r := release{name: "rbac", namespace: "rbac-cm", sets: []string{"groupSuffix=rbac-cm.example.com"}}
 		if selfSigned {
@@ -338,7 +339,7 @@ type policyRule struct {
 // generates from the webhook's markers (config/rbac/role.yaml).
 func generatedClusterRules(t *testing.T) []policyRule {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "config", "rbac", "role.yaml"))
+	b, err := os.ReadFile(filepath.Join(repo.MustRoot(t), "config", "rbac", "role.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/test/repo"
 )
 
 // release is one helm release of the chart: its name, namespace and --set
@@ -35,7 +35,7 @@ func (r release) args() []string {
 
 // chartDir is <module root>/charts/ebb.
 func chartDir(t testing.TB) string {
-	root, err := cluster.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		if t == nil {
 			panic(err)
@@ -45,27 +45,10 @@ func chartDir(t testing.TB) string {
 	return filepath.Join(root, "charts", "ebb")
 }
 
-func moduleRoot(t testing.TB) string {
-	t.Helper()
-	root, err := cluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-// helmPath is bin/helm (EBB_BIN_DIR overrides bin/), built by `make tools`.
+// helmPath is bin/helm, built by `make tools`.
 func helmPath(t testing.TB) string {
 	t.Helper()
-	dir, err := cluster.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, "helm")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("no helm at %s: build it with `make tools` (or: cd test/tools/helm && GOBIN=%s go install helm.sh/helm/v4/cmd/helm)", p, dir)
-	}
-	return p
+	return repo.Tool(t, "helm")
 }
 
 // helm runs the helm binary with a private home, so no user configuration

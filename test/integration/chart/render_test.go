@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ebb-dev/ebb/test/repo"
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -360,7 +361,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 // generates into config/crd, up to its group and name. After `make
 // manifests`, refresh the chart's copy with `go test ./test/integration/chart -run CRD -update`.
 func TestCRDMatchesConfig(t *testing.T) {
-	generated := filepath.Join(moduleRoot(t), "config", "crd", "routing.ebb.dev_approutes.yaml")
+	generated := filepath.Join(repo.MustRoot(t), "config", "crd", "routing.ebb.dev_approutes.yaml")
 	copyPath := filepath.Join(chartDir(t), "files", "crds", "routing.ebb.dev_approutes.yaml")
 	want, err := os.ReadFile(generated)
 	if err != nil {
@@ -543,7 +544,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	out := map[string]bool{}
 	re := regexp.MustCompile(`"(ebb_[a-z_]+)"`)
 	for _, dir := range []string{"activator", "scaler", "sidecar", "webhook", "internal"} {
-		err := filepath.WalkDir(filepath.Join(moduleRoot(t), dir), func(p string, e os.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(repo.MustRoot(t), dir), func(p string, e os.DirEntry, err error) error {
 			if err != nil || e.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return err
 			}

@@ -4,6 +4,7 @@
 package scaler_test
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -13,5 +14,5 @@ import (
 var lc *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{KEDA: true}, func(c *cluster.Cluster) { lc = c }))
+	os.Exit(cluster.Main(m, cluster.Options{KEDA: true}, func(_ context.Context, c *cluster.Cluster) error { lc = c; return nil }))
 }
