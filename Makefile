@@ -38,16 +38,28 @@ CRD_MODULES := github.com/cert-manager/cert-manager@v1.21.2 github.com/prometheu
 
 .PHONY: help
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*##"} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-zA-Z_-]+:.*##/ {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-zA-Z0-9_-]+:.*##/ {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: demo
 demo: tools build images ## Bring up a local cluster, deploy a sample app at zero and show it wake and sleep.
 	$(GO) run ./test/demo $(DEMO_ARGS)
 
 .PHONY: test
-test: tools build images ## Every test: unit, integration against a real API server, end to end; then each fuzz target briefly.
+test: tools build images ## Every test: unit, integration against a real API server, end to end; then each fuzz target briefly (what CI runs).
 	$(GO) test $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+.PHONY: test-unit
+test-unit: ## The unit tests (go test -short): no cluster, no tools, about a minute.
+	$(GO) test -short -count=1 ./...
+
+.PHONY: test-integration
+test-integration: tools build images ## The tests against a real API server or local cluster, without the end-to-end suite.
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
+
+.PHONY: e2e
+e2e: tools build images ## The end-to-end suite: ebb installed from its chart on the local cluster (test/e2e).
+	$(GO) test $(TEST_FLAGS) ./test/e2e/
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 5m); a failing input lands in the package's testdata/fuzz.
