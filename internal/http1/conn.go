@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -259,7 +260,7 @@ func (cc *Conn) writeResponse(code int, body string, keep bool) {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
-	b = append(b, statusText(code)...)
+	b = append(b, http.StatusText(code)...)
 	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	if !keep {
@@ -271,26 +272,6 @@ func (cc *Conn) writeResponse(code int, body string, keep bool) {
 	cc.wdl = time.Time{}
 	cc.c.Write(b)
 	cc.resp = b[:0]
-}
-
-func statusText(code int) string {
-	switch code {
-	case 400:
-		return "Bad Request"
-	case 405:
-		return "Method Not Allowed"
-	case 431:
-		return "Request Header Fields Too Large"
-	case 501:
-		return "Not Implemented"
-	case 502:
-		return "Bad Gateway"
-	case 504:
-		return "Gateway Timeout"
-	case 505:
-		return "HTTP Version Not Supported"
-	}
-	return "Error"
 }
 
 // prefixConn replays bytes already read before reading from the connection.
