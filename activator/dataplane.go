@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"html"
@@ -88,11 +89,11 @@ func NewDataPlane(opts DataPlaneOptions) *DataPlane {
 	if opts.Pusher == nil {
 		opts.Pusher = noPush{}
 	}
-	opts.QueueSize = cmpOr(opts.QueueSize, DefaultQueueSize)
-	opts.MaxHeld = cmpOr(opts.MaxHeld, DefaultMaxHeld)
-	opts.ColdStartTimeout = cmpOr(opts.ColdStartTimeout, DefaultColdStartTimeout)
-	opts.ProbeInterval = cmpOr(opts.ProbeInterval, DefaultProbeInterval)
-	opts.RetryAfter = cmpOr(opts.RetryAfter, time.Second)
+	opts.QueueSize = cmp.Or(opts.QueueSize, DefaultQueueSize)
+	opts.MaxHeld = cmp.Or(opts.MaxHeld, DefaultMaxHeld)
+	opts.ColdStartTimeout = cmp.Or(opts.ColdStartTimeout, DefaultColdStartTimeout)
+	opts.ProbeInterval = cmp.Or(opts.ProbeInterval, DefaultProbeInterval)
+	opts.RetryAfter = cmp.Or(opts.RetryAfter, time.Second)
 	d := &DataPlane{
 		opts:    opts,
 		proxies: newProxies(opts.Log),
@@ -133,14 +134,6 @@ func (d *DataPlane) Close() {
 type noPush struct{}
 
 func (noPush) Set(holdpush.App, int64) {}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
 
 // app is the state of one app, kept across routing-table rebuilds.
 type app struct {
@@ -393,8 +386,8 @@ func (d *DataPlane) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		d.placeholder(w, a)
 		return
 	}
-	limit := cmpOr(cfg.QueueSize, d.opts.QueueSize)
-	timeout := cmpOr(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
+	limit := cmp.Or(cfg.QueueSize, d.opts.QueueSize)
+	timeout := cmp.Or(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
 	switch d.admit(a, limit) {
 	case appFull:
 		d.reject(w, a, fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit))
@@ -453,7 +446,7 @@ const placeholderRefresh = 2 * time.Second
 
 func (d *DataPlane) placeholder(w http.ResponseWriter, a *app) {
 	d.opts.Metrics.placeholder.Inc()
-	if d.admit(a, cmpOr(a.cfg.Load().QueueSize, d.opts.QueueSize)) == admitted {
+	if d.admit(a, cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize)) == admitted {
 		time.AfterFunc(placeholderRefresh, func() { d.leave(a) })
 	}
 	h := w.Header()

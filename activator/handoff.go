@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
@@ -172,7 +173,7 @@ func (h *handoff) needsHandoff(r *routingv1alpha1.AppRoute, svc *corev1.Service)
 			continue
 		}
 		for _, e := range sl.Endpoints {
-			if ptrOr(e.Conditions.Ready, true) && !ptrOr(e.Conditions.Terminating, false) {
+			if ptr.Deref(e.Conditions.Ready, true) && !ptr.Deref(e.Conditions.Terminating, false) {
 				return false
 			}
 		}
@@ -208,7 +209,7 @@ func (h *handoff) desired(r *routingv1alpha1.AppRoute, svc *corev1.Service, port
 		Endpoints:   []discoveryv1.Endpoint{},
 	}
 	for _, p := range ports {
-		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &p.Name, Port: ptrTo(int32(h.opts.HandoffPort)), Protocol: ptrTo(corev1.ProtocolTCP), AppProtocol: p.AppProtocol})
+		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &p.Name, Port: ptr.To(int32(h.opts.HandoffPort)), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: p.AppProtocol})
 	}
 	for _, o := range h.activators.GetStore().List() {
 		p, ok := o.(*corev1.Pod)
@@ -217,11 +218,11 @@ func (h *handoff) desired(r *routingv1alpha1.AppRoute, svc *corev1.Service, port
 		}
 		ep := discoveryv1.Endpoint{
 			Addresses:  []string{p.Status.PodIP},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true), Serving: ptrTo(true), Terminating: ptrTo(false)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
 		}
 		if p.Spec.NodeName != "" {
-			ep.NodeName = ptrTo(p.Spec.NodeName)
+			ep.NodeName = ptr.To(p.Spec.NodeName)
 		}
 		sl.Endpoints = append(sl.Endpoints, ep)
 	}
@@ -241,13 +242,13 @@ func sameSlice(cur, want *discoveryv1.EndpointSlice) bool {
 	}
 	for i := range want.Endpoints {
 		c, w := cur.Endpoints[i], want.Endpoints[i]
-		if !slices.Equal(c.Addresses, w.Addresses) || !ptrOr(c.Conditions.Ready, true) {
+		if !slices.Equal(c.Addresses, w.Addresses) || !ptr.Deref(c.Conditions.Ready, true) {
 			return false
 		}
 	}
 	for i := range want.Ports {
 		c, w := cur.Ports[i], want.Ports[i]
-		if ptrOr(c.Name, "") != ptrOr(w.Name, "") || ptrOr(c.Port, 0) != ptrOr(w.Port, 0) {
+		if ptr.Deref(c.Name, "") != ptr.Deref(w.Name, "") || ptr.Deref(c.Port, 0) != ptr.Deref(w.Port, 0) {
 			return false
 		}
 	}
@@ -275,5 +276,3 @@ func podReady(p *corev1.Pod) bool {
 	}
 	return false
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
 
 // A replica deletes the activators' Lease only when the pod of the Lease's
@@ -28,10 +29,14 @@ func TestReleaseIfHolderCannotServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{}
+	assets, err := webhooktest.Assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatalf("start kube-apiserver (envtest; KUBEBUILDER_ASSETS=bin/k8s, see make tools): %v", err)
+		t.Fatalf("start kube-apiserver (envtest): %v", err)
 	}
 	t.Cleanup(func() { env.Stop() })
 	kube, err := kubernetes.NewForConfig(cfg)

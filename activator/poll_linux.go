@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // epoller watches parked connections for the client hanging up
@@ -19,17 +21,17 @@ type epoller struct {
 }
 
 func newPoller(onHup func(uint64)) (poller, error) {
-	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
 	e := &epoller{epfd: epfd, onHup: onHup}
-	if err := syscall.Pipe2(e.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		syscall.Close(epfd)
+	if err := unix.Pipe2(e.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		unix.Close(epfd)
 		return nil, fmt.Errorf("pipe2: %w", err)
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN} // token 0
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, e.wake[0], &ev); err != nil {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN} // token 0
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, e.wake[0], &ev); err != nil {
 		e.closeFDs()
 		return nil, fmt.Errorf("epoll_ctl: %w", err)
 	}
@@ -38,16 +40,16 @@ func newPoller(onHup func(uint64)) (poller, error) {
 }
 
 func (e *epoller) closeFDs() {
-	syscall.Close(e.epfd)
-	syscall.Close(e.wake[0])
-	syscall.Close(e.wake[1])
+	unix.Close(e.epfd)
+	unix.Close(e.wake[0])
+	unix.Close(e.wake[1])
 }
 
 func (e *epoller) loop() {
-	var evs [128]syscall.EpollEvent
+	var evs [128]unix.EpollEvent
 	for {
-		n, err := syscall.EpollWait(e.epfd, evs[:], -1)
-		if errors.Is(err, syscall.EINTR) {
+		n, err := unix.EpollWait(e.epfd, evs[:], -1)
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
@@ -79,15 +81,15 @@ func control(c net.Conn, f func(fd int)) error {
 func (e *epoller) add(c net.Conn, token uint64) error {
 	var err error
 	cerr := control(c, func(fd int) {
-		ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
-		err = syscall.EpollCtl(e.epfd, syscall.EPOLL_CTL_ADD, fd, &ev)
+		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
+		err = unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 	})
 	return errors.Join(cerr, err)
 }
 
 func (e *epoller) del(c net.Conn) {
-	control(c, func(fd int) { syscall.EpollCtl(e.epfd, syscall.EPOLL_CTL_DEL, fd, nil) })
+	control(c, func(fd int) { unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, fd, nil) })
 }
 
 // close stops the loop, which closes the epoll set.
-func (e *epoller) close() { syscall.Write(e.wake[1], []byte{0}) }
+func (e *epoller) close() { unix.Write(e.wake[1], []byte{0}) }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/ebb-dev/ebb/activator/routing"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -237,7 +238,7 @@ func (s *sources) endpoints(svc *corev1.Service, ports []corev1.ServicePort) []E
 		}
 		port := int32(0)
 		for _, p := range sl.Ports {
-			if p.Port != nil && ptrOr(p.Name, "") == ports[0].Name {
+			if p.Port != nil && ptr.Deref(p.Name, "") == ports[0].Name {
 				port = *p.Port
 			}
 		}
@@ -253,14 +254,14 @@ func (s *sources) endpoints(svc *corev1.Service, ports []corev1.ServicePort) []E
 				continue
 			}
 			seen[addr] = true
-			terminating := ptrOr(e.Conditions.Terminating, false)
+			terminating := ptr.Deref(e.Conditions.Terminating, false)
 			if terminating {
 				continue // a draining pod takes no new request
 			}
 			out = append(out, Endpoint{
 				Addr:      addr,
 				AdminAddr: net.JoinHostPort(e.Addresses[0], strconv.Itoa(s.opts.SidecarAdminPort)),
-				Ready:     ptrOr(e.Conditions.Ready, true),
+				Ready:     ptr.Deref(e.Conditions.Ready, true),
 			})
 		}
 	}
@@ -279,11 +280,11 @@ func (s *sources) scalerAddresses() []string {
 			continue
 		}
 		for _, p := range sl.Ports {
-			if p.Port == nil || (ptrOr(p.Name, "") != port && strconv.Itoa(int(*p.Port)) != port) {
+			if p.Port == nil || (ptr.Deref(p.Name, "") != port && strconv.Itoa(int(*p.Port)) != port) {
 				continue
 			}
 			for _, e := range sl.Endpoints {
-				if len(e.Addresses) > 0 && ptrOr(e.Conditions.Ready, true) {
+				if len(e.Addresses) > 0 && ptr.Deref(e.Conditions.Ready, true) {
 					out = append(out, net.JoinHostPort(e.Addresses[0], strconv.Itoa(int(*p.Port))))
 				}
 			}
@@ -291,11 +292,4 @@ func (s *sources) scalerAddresses() []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }

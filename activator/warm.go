@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -45,9 +46,9 @@ func NewDataServer(d *DataPlane, srv *http.Server) *DataServer {
 	}
 	s.h1 = h1.NewServer(h1.Options{
 		Name:           "ebb-activator",
-		HeaderTimeout:  cmpOr(srv.ReadHeaderTimeout, 10*time.Second),
-		IdleTimeout:    cmpOr(srv.IdleTimeout, 120*time.Second),
-		MaxHeaderBytes: cmpOr(srv.MaxHeaderBytes, http.DefaultMaxHeaderBytes),
+		HeaderTimeout:  cmp.Or(srv.ReadHeaderTimeout, 10*time.Second),
+		IdleTimeout:    cmp.Or(srv.IdleTimeout, 120*time.Second),
+		MaxHeaderBytes: cmp.Or(srv.MaxHeaderBytes, http.DefaultMaxHeaderBytes),
 		// No response-header timeout of its own: the app's sidecar answers
 		// 504 after its own, and a client that goes away ends the request.
 		KeepRaw:   true,
