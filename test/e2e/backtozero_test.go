@@ -14,7 +14,7 @@ import (
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
-// TestBackToZero is scenario 2: an app woken by one request goes back to
+// TestBackToZero: an app woken by one request goes back to
 // zero after the cooldown without traffic, the hand-off slice is published
 // again (and was gone while the app served), and a request then wakes it
 // again.

@@ -35,7 +35,7 @@ func deployAtZero(t *testing.T, ns, name string) *install.AppAtZero {
 	return a
 }
 
-// TestColdStart is scenario 1: an app at zero, 200 concurrent requests to
+// TestColdStart: an app at zero, 200 concurrent requests to
 // its Service's ClusterIP (kube-proxy → the activator's hand-off slice) are
 // held, KEDA wakes the app on the scaler's push, and every request is
 // answered 200 by the app's pod.

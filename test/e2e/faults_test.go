@@ -19,7 +19,7 @@ import (
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
-// Scenario 5: faults. Each test takes a part of the shared release down
+// Faults. Each test takes a part of the shared release down
 // and restores it in its cleanup.
 
 // TestWebhookDownRefusesOptedInPods: with the webhook's pods gone and the

@@ -22,7 +22,7 @@ import (
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
-// TestGRPCColdAndWarm is scenario 6 for gRPC over h2c: five concurrent
+// TestGRPCColdAndWarm, gRPC over h2c: five concurrent
 // RPCs on one connection to the Service's ClusterIP wake the app from zero
 // (held by the activator, then forwarded), each answered SERVING with its
 // trailer; once the app's pod serves the Service, an RPC on a new
@@ -70,7 +70,7 @@ func TestGRPCColdAndWarm(t *testing.T) {
 	}
 }
 
-// TestWebSocketColdAndWarm is scenario 6 for WebSocket: a WebSocket to the
+// TestWebSocketColdAndWarm: a WebSocket to the
 // Service's ClusterIP wakes the app from zero and echoes; while it stays
 // open the app counts as busy and is not scaled to zero past the cooldown;
 // once the pod serves the Service a second WebSocket goes through the

@@ -15,7 +15,7 @@ import (
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
-// TestTwoInstances is scenario 4: a second release with the group suffix
+// TestTwoInstances: a second release with the group suffix
 // team1.example.com beside the default one; each cold-starts its own app,
 // and neither instance's AppRoutes, hand-off EndpointSlices or sidecars
 // appear in the other's app namespace.

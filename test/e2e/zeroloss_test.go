@@ -16,7 +16,7 @@ import (
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
-// TestZeroLossUnderChange is scenario 3: steady traffic through the
+// TestZeroLossUnderChange: steady traffic through the
 // Service's ClusterIP while the app goes 0→1→N→1→0, N set by the HPA that
 // KEDA creates, fed by KEDA's metrics adapter with the scaler's in-flight
 // sum. Not one steady request may fail:
@@ -157,7 +157,7 @@ func TestZeroLossUnderChange(t *testing.T) {
 	t.Logf("requests: %d in all, by outcome %v", len(results), byStatus)
 	failed := install.Failures(results)
 	lost := len(results) - byStatus["200"]
-	fmt.Printf("FIGURE scenario 3 (0→1→%d→1→0 under steady traffic): requests lost %d of %d\n", n, lost, len(results))
+	fmt.Printf("FIGURE zero loss (0→1→%d→1→0 under steady traffic): requests lost %d of %d\n", n, lost, len(results))
 	if failed != nil {
 		t.Errorf("not 200 while the app went 0→1→N→1→0:\n%v", failed)
 	}

@@ -1,5 +1,5 @@
 // Command activator benchmarks the activator's data path and prints the
-// figures of issue 5 as a markdown table, side by side in one run:
+// figures as a markdown table, side by side in one run:
 //
 //   - warm forwarding through the activator ÷ the app served directly
 //     (wrk, c=64, keep-alive, small response), target ≥ 0.40;

@@ -1,4 +1,4 @@
-// Command scaler benchmarks ebb-scaler against the figures of issue 6: it
+// Command scaler benchmarks ebb-scaler against its targets: it
 // serves thousands of simulated sidecars (real HTTP servers on loopback) in
 // this process, runs the scaler in a child process (this same binary) so its
 // CPU and memory can be read from /proc, and prints a markdown table.

@@ -1,5 +1,5 @@
 // Command sidecar benchmarks ebb-sidecar against the test app on loopback and
-// prints the figures of issue 3 as a markdown table: throughput through the
+// prints its figures as a markdown table: throughput through the
 // sidecar (counting on and off), through nginx and through a plain
 // httputil.ReverseProxy relative to the app served directly (c=64,
 // keep-alive, small response), added latency at c=1 of the sidecar and of
