@@ -21,6 +21,9 @@ NODE_BINS  := $(BIN)/containerd $(BIN)/containerd-shim-runc-v2
 KEDA_BINS  := $(BIN)/keda-operator $(BIN)/keda-adapter
 DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck $(BIN)/actionlint
 IMAGE_BINS := $(BIN)/ko
+# buf and the protoc-gen-go-grpc plugin from test/tools/proto; protoc-gen-go
+# from ebb's own go.mod, so the generated code matches the runtime.
+PROTO_BINS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 # name:command, or name:path for packages that put nothing on PATH.
 DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:patch nginx-light:nginx \
 	runc:runc containernetworking-plugins:/usr/lib/cni/bridge ca-certificates:/etc/ssl/certs/ca-certificates.crt
@@ -89,6 +92,10 @@ lint: $(DEV_BINS) ## gofmt, go vet, staticcheck and actionlint (the GitHub workf
 	$(BIN)/staticcheck ./...
 	$(BIN)/actionlint .github/workflows/*.yaml
 
+.PHONY: generate
+generate: manifests $(PROTO_BINS) ## Generate everything generated: manifests, and holdpush's gRPC code from its .proto.
+	cd internal/holdpush && PATH=$(BIN):$$PATH $(BIN)/buf generate
+
 .PHONY: manifests
 manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests into config/ from Go markers.
 	$(BIN)/controller-gen object crd:crdVersions=v1 rbac:roleName=ebb-webhook webhook paths=./internal/apis/... paths=./webhook/... \
@@ -97,7 +104,7 @@ manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests in
 ##@ Tools (cached in bin/)
 
 .PHONY: tools
-tools: debs $(KUBE_BINS) $(NODE_BINS) $(BIN)/coredns $(KEDA_BINS) $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
+tools: debs $(KUBE_BINS) $(NODE_BINS) $(BIN)/coredns $(KEDA_BINS) $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(PROTO_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
 	@$(GO) mod download
 	@$(GO) mod download $(CRD_MODULES)
 
@@ -159,6 +166,13 @@ $(BIN)/k8s/kube-apiserver: $(BIN)/kube-apiserver
 
 $(BIN)/k8s/etcd: | debs
 	@mkdir -p $(BIN)/k8s && ln -sf $$(command -v etcd) $@
+
+$(PROTO_BINS) &: test/tools/proto/go.mod test/tools/proto/go.sum go.mod
+	@mkdir -p $(BIN)
+	@echo ">> building buf, protoc-gen-go and protoc-gen-go-grpc"
+	cd test/tools/proto && GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go
+	@touch $(PROTO_BINS)
 
 $(DEV_BINS) &: test/tools/dev/go.mod test/tools/dev/go.sum
 	@mkdir -p $(BIN)

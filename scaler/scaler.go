@@ -94,6 +94,9 @@ func New(opts Options) (*Scaler, error) {
 		// activator's counts are dropped and its stream's goroutines freed.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Activators of every version are understood (KEDA's and the health
+		// service's messages are protobuf too).
+		holdpush.ServerOption(),
 	}
 	if opts.TLSCertFile != "" {
 		creds, err := serverCredentials(opts)

@@ -11,6 +11,8 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ebb-dev/ebb/internal/holdpush/holdpushpb"
 )
 
 // ClientOptions configures a Client.
@@ -162,14 +164,14 @@ func (c *Client) run(ctx context.Context, p *peer) {
 func (c *Client) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cs, err := conn.NewStream(sctx, &serviceDesc.Streams[0], pushMethod, grpc.CallContentSubtype(CodecName), grpc.WaitForReady(true))
+	cs, err := holdpushpb.NewHoldPushClient(conn).Push(sctx, callCodec(), grpc.WaitForReady(true))
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}
 	// The server only answers when the stream ends: a receive that returns
 	// means the scaler went away, and the next stream resends everything.
 	ended := make(chan error, 1)
-	go func() { ended <- cs.RecvMsg(&Ack{}) }()
+	go func() { ended <- cs.RecvMsg(&holdpushpb.Ack{}) }()
 
 	c.mu.Lock()
 	p.needFull = true
@@ -181,7 +183,7 @@ func (c *Client) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) err
 		if b == nil {
 			return nil
 		}
-		if err := cs.SendMsg(b); err != nil {
+		if err := cs.Send(b.toWire()); err != nil {
 			if errors.Is(err, io.EOF) {
 				return fmt.Errorf("send: %w", <-ended)
 			}

@@ -1,26 +1,32 @@
 package holdpush
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ebb-dev/ebb/internal/holdpush/holdpushpb"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
-func TestCodecRoundTrip(t *testing.T) {
+func TestWireRoundTrip(t *testing.T) {
 	for name, b := range map[string]Batch{
-		"empty":       {},
-		"full, empty": {Activator: "ebb-system/activator-0", Full: true},
+		"empty":       {Holds: []Hold{}},
+		"full, empty": {Activator: "ebb-system/activator-0", Full: true, Holds: []Hold{}},
 		"changes": {Activator: "ebb-system/activator-1", Holds: []Hold{
 			{App: App{"shop", "hello"}, Held: 3},
 			{App: App{"shop", "cart"}, Held: 0},
@@ -28,30 +34,136 @@ func TestCodecRoundTrip(t *testing.T) {
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			raw, err := codec{}.Marshal(&b)
+			raw, err := proto.Marshal(b.toWire())
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got Batch
-			if err := (codec{}).Unmarshal(raw, &got); err != nil {
+			var w holdpushpb.Batch
+			if err := proto.Unmarshal(raw, &w); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(b, got); diff != "" {
+			if diff := cmp.Diff(b, fromWire(&w)); diff != "" {
 				t.Errorf("round trip (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
-func TestCodecRejectsGarbage(t *testing.T) {
+func TestWireRejectsGarbage(t *testing.T) {
 	for _, raw := range [][]byte{{0xff}, {0x0a, 0x05, 'a'}, {0x1a, 0x02, 0x18}} {
-		var b Batch
-		if err := (codec{}).Unmarshal(raw, &b); !errors.Is(err, errWire) {
-			t.Errorf("Unmarshal(%x) = %v, want a malformed-message error", raw, err)
+		var w holdpushpb.Batch
+		if err := proto.Unmarshal(raw, &w); err == nil {
+			t.Errorf("Unmarshal(%x) accepted a malformed message", raw)
 		}
 	}
-	if _, err := (codec{}).Marshal("not a batch"); err == nil {
-		t.Error("Marshal(string) succeeded")
+}
+
+// legacyBatch is a Batch as the hand-written codec of the versions before
+// holdpushpb put it on the wire: activator "a/b", full, shop/hello holding 3.
+var legacyBatch = []byte{
+	0x0a, 0x03, 'a', '/', 'b', // 1: activator
+	0x10, 0x01, // 2: full
+	0x1a, 0x0f, // 3: hold, 15 bytes
+	0x0a, 0x04, 's', 'h', 'o', 'p', // 1: namespace
+	0x12, 0x05, 'h', 'e', 'l', 'l', 'o', // 2: app
+	0x18, 0x03, // 3: held
+}
+
+// The generated code writes the bytes the hand-written codec wrote.
+func TestWireFormatIsTheHandWrittenOnes(t *testing.T) {
+	b := Batch{Activator: "a/b", Full: true, Holds: []Hold{{App: hello, Held: 3}}}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(b.toWire())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(legacyBatch, raw); diff != "" {
+		t.Errorf("wire bytes (-hand-written +generated):\n%s", diff)
+	}
+}
+
+// rawCodec passes bytes through under the hand-written versions'
+// content-subtype: it plays an activator or a scaler of those versions.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return legacySubtype }
+
+// An activator of the hand-written versions reaches a scaler of this one.
+func TestLegacyActivatorIsUnderstood(t *testing.T) {
+	r := newRig(t, ServerOptions{})
+	conn, err := grpc.NewClient("passthrough:///scaler-0", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(r.dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	cs, err := conn.NewStream(t.Context(), &holdpushpb.HoldPush_ServiceDesc.Streams[0], "/"+ServiceName+"/Push", grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := legacyBatch
+	if err := cs.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "hello=3 from a legacy activator", func() bool { return r.server().Held(hello) == 3 })
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var ack []byte
+	if err := cs.RecvMsg(&ack); err != nil {
+		t.Fatalf("the legacy stream's end: %v", err)
+	}
+}
+
+// An activator of this version reaches a scaler of the hand-written
+// versions, which reads a Push only under their content-subtype.
+func TestActivatorSpeaksToLegacyScaler(t *testing.T) {
+	got := make(chan []byte, 16)
+	subtypes := make(chan string, 16)
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		subtypes <- strings.Join(md.Get("content-type"), ",")
+		for {
+			var b []byte
+			if err := ss.RecvMsg(&b); err != nil {
+				return err
+			}
+			got <- b
+		}
+	}))
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	c, err := NewClient(ClientOptions{Activator: "a/b", DialOptions: []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.Set(hello, 3)
+	c.SetAddresses([]string{"passthrough:///legacy-scaler"})
+	if ct := <-subtypes; ct != "application/grpc+"+legacySubtype {
+		t.Errorf("content-type %q, want the legacy scalers' application/grpc+%s", ct, legacySubtype)
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case b := <-got:
+			if bytes.Equal(b, legacyBatch) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the legacy scaler never got the batch as its codec reads it")
+		}
 	}
 }
 
@@ -77,7 +189,7 @@ func (r *rig) start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lis = bufconn.Listen(1 << 20)
-	r.gs = grpc.NewServer()
+	r.gs = grpc.NewServer(ServerOption())
 	r.srv = NewServer(r.opts)
 	r.srv.Register(r.gs)
 	go func(gs *grpc.Server, lis net.Listener) { _ = gs.Serve(lis) }(r.gs, r.lis)
@@ -227,19 +339,26 @@ func TestReconnectWithinGraceKeepsCounts(t *testing.T) {
 	}
 }
 
-func rawStream(t *testing.T, r *rig) grpc.ClientStream {
+// rawStream is a Push stream whose batches the test writes itself.
+func rawStream(t *testing.T, r *rig) *batchStream {
 	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///scaler-0", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(r.dial))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	cs, err := conn.NewStream(t.Context(), &serviceDesc.Streams[0], pushMethod, grpc.CallContentSubtype(CodecName))
+	cs, err := holdpushpb.NewHoldPushClient(conn).Push(t.Context(), callCodec())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cs
+	return &batchStream{cs}
 }
+
+type batchStream struct {
+	grpc.ClientStreamingClient[holdpushpb.Batch, holdpushpb.Ack]
+}
+
+func (s *batchStream) SendMsg(b *Batch) error { return s.Send(b.toWire()) }
 
 func TestBadBatchRejected(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -257,7 +376,7 @@ func TestBadBatchRejected(t *testing.T) {
 			for i := range tc.batches {
 				_ = cs.SendMsg(&tc.batches[i])
 			}
-			err := cs.RecvMsg(&Ack{})
+			err := cs.RecvMsg(&holdpushpb.Ack{})
 			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != tc.want {
 				t.Errorf("stream ended with %v, want InvalidArgument %q", err, tc.want)
 			}
@@ -276,7 +395,7 @@ func TestSilentStreamIsCut(t *testing.T) {
 	}
 	testwait.For(t, 5*time.Second, "hello=2", func() bool { return r.server().Held(hello) == 2 })
 	start := time.Now()
-	err := cs.RecvMsg(&Ack{})
+	err := cs.RecvMsg(&holdpushpb.Ack{})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("silent stream ended with %v, want DeadlineExceeded", err)
 	}

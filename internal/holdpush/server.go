@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ebb-dev/ebb/internal/holdpush/holdpushpb"
 )
 
 // Defaults of ServerOptions and ClientOptions. Resend is well under
@@ -81,7 +83,9 @@ func NewServer(opts ServerOptions) *Server {
 }
 
 // Register mounts the service on a gRPC server.
-func (s *Server) Register(r grpc.ServiceRegistrar) { r.RegisterService(&serviceDesc, s) }
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	holdpushpb.RegisterHoldPushServer(r, pushService{s: s})
+}
 
 // Held is the number of requests all activators hold for app.
 func (s *Server) Held(app App) int64 {
@@ -123,12 +127,15 @@ type recvResult struct {
 	err error
 }
 
-func (s *Server) push(ss grpc.ServerStream) error {
+func (s *Server) push(ss grpc.ClientStreamingServer[holdpushpb.Batch, holdpushpb.Ack]) error {
 	recv := make(chan recvResult, 1)
 	go func() {
 		for {
 			var r recvResult
-			r.err = ss.RecvMsg(&r.b)
+			w, err := ss.Recv()
+			if r.err = err; err == nil {
+				r.b = fromWire(w)
+			}
 			select {
 			case recv <- r:
 			case <-ss.Context().Done():
@@ -156,7 +163,7 @@ func (s *Server) push(ss grpc.ServerStream) error {
 			return status.Errorf(codes.DeadlineExceeded, "holdpush: activator %q sent nothing for %s", name, s.opts.StaleAfter)
 		case r := <-recv:
 			if errors.Is(r.err, io.EOF) {
-				return ss.SendMsg(&Ack{})
+				return ss.SendAndClose(&holdpushpb.Ack{})
 			}
 			if r.err != nil {
 				return r.err

@@ -1,31 +1,15 @@
 package holdpush
 
 import (
-	"errors"
-	"fmt"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/grpc/encoding/proto"
+
+	"github.com/ebb-dev/ebb/internal/holdpush/holdpushpb"
 )
 
-// The service, written by hand because the module has no protoc step. Its
-// messages use the protobuf wire format, so this .proto describes them exactly
-// and a generated client in another language would interoperate once it sets
-// the content-subtype to CodecName:
-//
-//	package ebb.holdpush.v1;
-//	service HoldPush { rpc Push(stream Batch) returns (Ack); }
-//	message Batch { string activator = 1; bool full = 2; repeated Hold holds = 3; }
-//	message Hold  { string namespace = 1; string app = 2; int64 held = 3; }
-//	message Ack   {}
-const (
-	ServiceName = "ebb.holdpush.v1.HoldPush"
-	pushMethod  = "/" + ServiceName + "/Push"
-	// CodecName is the gRPC content-subtype of the service's messages
-	// ("application/grpc+ebb-holdpush-v1" on the wire).
-	CodecName = "ebb-holdpush-v1"
-)
+// ServiceName is the gRPC service the scaler serves.
+const ServiceName = "ebb.holdpush.v1.HoldPush"
 
 // App names an app the way the scaler keys it: the namespace of its pods and
 // the value of their <suffix>/app label (the AppRoute name).
@@ -42,184 +26,59 @@ type Hold struct {
 	Held int64
 }
 
-// Batch is one message of a Push stream. Activator names the sending
-// activator pod and must not change within a stream. A Full batch is the
-// activator's whole table: apps it does not list hold nothing. Otherwise the
-// batch lists only apps whose count changed (0 = no longer holds any).
+// Batch is one message of a Push stream (holdpushpb.Batch says what each
+// field means).
 type Batch struct {
 	Activator string
 	Full      bool
 	Holds     []Hold
 }
 
-// Ack ends a Push stream that the client closed.
-type Ack struct{}
-
-func init() { encoding.RegisterCodec(codec{}) }
-
-// codec marshals Batch and Ack in the protobuf wire format. It is registered
-// under CodecName, so it only ever sees this service's messages.
-type codec struct{}
-
-func (codec) Name() string { return CodecName }
-
-func (codec) Marshal(v any) ([]byte, error) {
-	switch m := v.(type) {
-	case *Batch:
-		return m.appendWire(nil), nil
-	case *Ack:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("holdpush codec: cannot marshal %T", v)
+func (b *Batch) toWire() *holdpushpb.Batch {
+	w := &holdpushpb.Batch{Activator: b.Activator, Full: b.Full, Holds: make([]*holdpushpb.Hold, len(b.Holds))}
+	for i, h := range b.Holds {
+		w.Holds[i] = &holdpushpb.Hold{Namespace: h.App.Namespace, App: h.App.Name, Held: h.Held}
 	}
+	return w
 }
 
-func (codec) Unmarshal(data []byte, v any) error {
-	switch m := v.(type) {
-	case *Batch:
-		return m.parseWire(data)
-	case *Ack:
-		return skipAll(data)
-	default:
-		return fmt.Errorf("holdpush codec: cannot unmarshal into %T", v)
+func fromWire(w *holdpushpb.Batch) Batch {
+	b := Batch{Activator: w.GetActivator(), Full: w.GetFull(), Holds: make([]Hold, len(w.GetHolds()))}
+	for i, h := range w.GetHolds() {
+		b.Holds[i] = Hold{App: App{Namespace: h.GetNamespace(), Name: h.GetApp()}, Held: h.GetHeld()}
 	}
+	return b
 }
 
-func (b *Batch) appendWire(buf []byte) []byte {
-	if b.Activator != "" {
-		buf = protowire.AppendTag(buf, 1, protowire.BytesType)
-		buf = protowire.AppendString(buf, b.Activator)
-	}
-	if b.Full {
-		buf = protowire.AppendTag(buf, 2, protowire.VarintType)
-		buf = protowire.AppendVarint(buf, 1)
-	}
-	for _, h := range b.Holds {
-		var hb []byte
-		hb = protowire.AppendTag(hb, 1, protowire.BytesType)
-		hb = protowire.AppendString(hb, h.App.Namespace)
-		hb = protowire.AppendTag(hb, 2, protowire.BytesType)
-		hb = protowire.AppendString(hb, h.App.Name)
-		if h.Held != 0 {
-			hb = protowire.AppendTag(hb, 3, protowire.VarintType)
-			hb = protowire.AppendVarint(hb, uint64(h.Held))
-		}
-		buf = protowire.AppendTag(buf, 3, protowire.BytesType)
-		buf = protowire.AppendBytes(buf, hb)
-	}
-	return buf
+// legacySubtype is the gRPC content-subtype ("application/grpc+<subtype>")
+// of the hand-written versions of this protocol, whose scalers read a Push
+// only under it. Clients still send it, so that an activator upgraded before
+// its scalers keeps reaching them.
+const legacySubtype = "ebb-holdpush-v1"
+
+// legacyCodec is gRPC's protobuf codec named legacySubtype. It is passed to
+// each call, never registered.
+type legacyCodec struct{ encoding.CodecV2 }
+
+func (legacyCodec) Name() string { return legacySubtype }
+
+func callCodec() grpc.CallOption {
+	return grpc.ForceCodecV2(legacyCodec{encoding.GetCodecV2(proto.Name)})
 }
 
-var errWire = errors.New("holdpush: malformed message")
-
-func (b *Batch) parseWire(data []byte) error {
-	*b = Batch{}
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", errWire, protowire.ParseError(n))
-		}
-		data = data[n:]
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			s, n := protowire.ConsumeString(data)
-			if n < 0 {
-				return fmt.Errorf("%w: activator: %v", errWire, protowire.ParseError(n))
-			}
-			b.Activator, data = s, data[n:]
-		case num == 2 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(data)
-			if n < 0 {
-				return fmt.Errorf("%w: full: %v", errWire, protowire.ParseError(n))
-			}
-			b.Full, data = v != 0, data[n:]
-		case num == 3 && typ == protowire.BytesType:
-			hb, n := protowire.ConsumeBytes(data)
-			if n < 0 {
-				return fmt.Errorf("%w: hold: %v", errWire, protowire.ParseError(n))
-			}
-			h, err := parseHold(hb)
-			if err != nil {
-				return err
-			}
-			b.Holds, data = append(b.Holds, h), data[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, data)
-			if n < 0 {
-				return fmt.Errorf("%w: field %d: %v", errWire, num, protowire.ParseError(n))
-			}
-			data = data[n:]
-		}
-	}
-	return nil
+// ServerOption makes a gRPC server read every message as protobuf whatever
+// content-subtype its client names, so that it understands the activators
+// that send legacySubtype. Every service ebb serves over gRPC is protobuf.
+func ServerOption() grpc.ServerOption {
+	return grpc.ForceServerCodecV2(encoding.GetCodecV2(proto.Name))
 }
 
-func parseHold(data []byte) (Hold, error) {
-	var h Hold
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return Hold{}, fmt.Errorf("%w: hold: %v", errWire, protowire.ParseError(n))
-		}
-		data = data[n:]
-		switch {
-		case (num == 1 || num == 2) && typ == protowire.BytesType:
-			s, n := protowire.ConsumeString(data)
-			if n < 0 {
-				return Hold{}, fmt.Errorf("%w: hold field %d: %v", errWire, num, protowire.ParseError(n))
-			}
-			if num == 1 {
-				h.App.Namespace = s
-			} else {
-				h.App.Name = s
-			}
-			data = data[n:]
-		case num == 3 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(data)
-			if n < 0 {
-				return Hold{}, fmt.Errorf("%w: held: %v", errWire, protowire.ParseError(n))
-			}
-			h.Held, data = int64(v), data[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, data)
-			if n < 0 {
-				return Hold{}, fmt.Errorf("%w: hold field %d: %v", errWire, num, protowire.ParseError(n))
-			}
-			data = data[n:]
-		}
-	}
-	return h, nil
+// pushService serves holdpushpb.HoldPush with a Server.
+type pushService struct {
+	holdpushpb.UnimplementedHoldPushServer
+	s *Server
 }
 
-func skipAll(data []byte) error {
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", errWire, protowire.ParseError(n))
-		}
-		data = data[n:]
-		if n = protowire.ConsumeFieldValue(num, typ, data); n < 0 {
-			return fmt.Errorf("%w: %v", errWire, protowire.ParseError(n))
-		}
-		data = data[n:]
-	}
-	return nil
-}
-
-// pusher is the handler type of the service; Server implements it.
-type pusher interface {
-	push(grpc.ServerStream) error
-}
-
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: ServiceName,
-	HandlerType: (*pusher)(nil),
-	Streams: []grpc.StreamDesc{{
-		StreamName:    "Push",
-		ClientStreams: true,
-		Handler: func(srv any, ss grpc.ServerStream) error {
-			return srv.(pusher).push(ss)
-		},
-	}},
-	Metadata: "internal/holdpush/wire.go",
+func (p pushService) Push(stream grpc.ClientStreamingServer[holdpushpb.Batch, holdpushpb.Ack]) error {
+	return p.s.push(stream)
 }
