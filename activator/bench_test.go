@@ -17,7 +17,7 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
-// BenchmarkWarmHandlerChain is one warm request through DataPlane.ServeHTTP
+// BenchmarkWarmHandlerChain is one warm request through Router.ServeHTTP
 // to an app on loopback (keep-alive), per iteration.
 func BenchmarkWarmHandlerChain(b *testing.B) {
 	hello := []byte("hello from bench\n")
@@ -26,7 +26,7 @@ func BenchmarkWarmHandlerChain(b *testing.B) {
 		w.Write(hello)
 	}))
 	defer app.Close()
-	dp := NewDataPlane(DataPlaneOptions{})
+	dp := NewRouter(RouterOptions{})
 	defer dp.Close()
 	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}})
 	dp.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})

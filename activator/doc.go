@@ -6,12 +6,12 @@
 // that still reach it are proxied straight through, round robin over the
 // app's ready endpoints and never counted as held: HTTP/1.1 (WebSocket and
 // SSE included) by the hand-written engine of package internal/http1
-// (DataServer: one keep-alive pool per endpoint, built once, dropped with
-// the endpoint), anything else by net/http, to which the DataServer hands
+// (Server: one keep-alive pool per endpoint, built once, dropped with
+// the endpoint), anything else by net/http, to which the Server hands
 // the connection (h2c/gRPC, held requests, 404s; one reverse proxy per
 // upstream, one shared buffer pool).
 //
-// Its parts: the DataPlane (routing by package routing, bounded per-app hold
+// Its parts: the Router (routing by package routing, bounded per-app hold
 // queues, cold-start timeouts, placeholder page), the sources that feed it
 // from AppRoute, Service and EndpointSlice informers (plus a full re-list
 // every --resync), and two controllers run by the replica that holds the
@@ -43,11 +43,11 @@
 // deadline in one heap under one timer, and the client hanging up is seen
 // by one epoll set watching EPOLLRDHUP, so the body is never read and a
 // client that leaves mid-body frees its slot at once. On release, timeout
-// or deletion the connection goes to the DataPlane's re-entry server, which
+// or deletion the connection goes to the Router's re-entry server, which
 // reads the head again and answers it as a warm request would be answered
 // (or 504/503), keeping the connection alive. h2c streams, and every
 // request on platforms without epoll, wait in their handler instead.
-// Run calls DataPlane.Shutdown after the data server's, since the latter
+// Run calls Router.Shutdown after the data server's, since the latter
 // does not track hijacked connections.
 //
 // # Metrics

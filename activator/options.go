@@ -17,7 +17,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/stats"
 )
 
-// Defaults of Options and DataPlaneOptions.
+// Defaults of Options and RouterOptions.
 const (
 	DefaultQueueSize        = 1000
 	DefaultMaxHeld          = 20000

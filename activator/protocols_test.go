@@ -75,7 +75,7 @@ func realApp(t *testing.T) string {
 func protoCase(t *testing.T, check func(t *testing.T, url string) error) {
 	for _, cold := range []bool{false, true} {
 		t.Run(map[bool]string{false: "warm", true: "cold"}[cold], func(t *testing.T) {
-			dp, url, _ := rigProtocols(t, DataPlaneOptions{ColdStartTimeout: 30 * time.Second}, AppConfig{}, true)
+			dp, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: 30 * time.Second}, AppConfig{}, true)
 			app := realApp(t)
 			if !cold {
 				dp.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})

@@ -75,7 +75,7 @@ func Run(ctx context.Context, opts Options) error {
 		log.Info("no --scaler-addresses or --scaler-service: held counts reach no scaler, apps at zero are not woken by this activator")
 	}
 
-	dp := NewDataPlane(DataPlaneOptions{
+	dp := NewRouter(RouterOptions{
 		QueueSize: opts.QueueSize, MaxHeld: opts.MaxHeld, ColdStartTimeout: opts.ColdStartTimeout,
 		ProbeInterval: opts.ProbeInterval, Pusher: push, Metrics: metrics, Log: log.WithName("dataplane"),
 	})
@@ -154,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("listen on %s: %w", opts.AdminListen, err)
 	}
 	serveErr := make(chan error, 2)
-	dataSrv := NewDataServer(dp, data)
+	dataSrv := NewServer(dp, data)
 	go func() { serveErr <- serveData(dataSrv, dataLn) }()
 	go func() { serveErr <- serve(admin, adminLn, "admin") }()
 
@@ -190,7 +190,7 @@ func Run(ctx context.Context, opts Options) error {
 	return runErr
 }
 
-func serveData(s *DataServer, ln net.Listener) error {
+func serveData(s *Server, ln net.Listener) error {
 	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("data server: %w", err)
 	}
@@ -351,7 +351,7 @@ func releaseLeaseOf(ctx context.Context, kube kubernetes.Interface, opts Options
 	return true
 }
 
-func adminHandler(reg *prometheus.Registry, dp *DataPlane, src *sources, pod string, draining <-chan struct{}) http.Handler {
+func adminHandler(reg *prometheus.Registry, dp *Router, src *sources, pod string, draining <-chan struct{}) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })

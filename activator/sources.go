@@ -34,14 +34,14 @@ const PlaceholderAnnotation = "placeholder"
 
 const byService = "service"
 
-// sources feeds the DataPlane from the API: the routing table from
+// sources feeds the Router from the API: the routing table from
 // AppRoutes and Services, each app's endpoints from its Service's
 // EndpointSlices, and the scaler addresses.
 type sources struct {
 	opts  Options
 	names groupsuffix.Names
 	log   logr.Logger
-	dp    *DataPlane
+	dp    *Router
 	dyn   dynamic.Interface
 	kube  kubernetes.Interface
 
@@ -55,7 +55,7 @@ type sources struct {
 	lastList  atomic.Int64 // unix nanos of the last successful full list
 }
 
-func newSources(opts Options, names groupsuffix.Names, log logr.Logger, kube kubernetes.Interface, dyn dynamic.Interface, factory informers.SharedInformerFactory, routes cache.SharedIndexInformer, dp *DataPlane) (*sources, error) {
+func newSources(opts Options, names groupsuffix.Names, log logr.Logger, kube kubernetes.Interface, dyn dynamic.Interface, factory informers.SharedInformerFactory, routes cache.SharedIndexInformer, dp *Router) (*sources, error) {
 	s := &sources{opts: opts, names: names, log: log, dp: dp, dyn: dyn, kube: kube, factory: factory, routes: routes, kick: make(chan struct{}, 1)}
 	s.services = factory.Core().V1().Services().Informer()
 	s.slices = factory.Discovery().V1().EndpointSlices().Informer()

@@ -80,7 +80,7 @@ func child(path string) error {
 		return err
 	}
 	push.SetAddresses([]string{cfg.Scaler})
-	dp := activator.NewDataPlane(activator.DataPlaneOptions{Pusher: push, MaxHeld: 50000, ColdStartTimeout: 5 * time.Minute})
+	dp := activator.NewRouter(activator.RouterOptions{Pusher: push, MaxHeld: 50000, ColdStartTimeout: 5 * time.Minute})
 	var routes []routing.Route[activator.AppConfig]
 	for _, a := range cfg.Apps {
 		k := routing.Key{Namespace: "bench", Name: a.Name}
@@ -105,7 +105,7 @@ func child(path string) error {
 	}
 	// As Run serves it: warm HTTP/1.1 by the engine, the rest by net/http.
 	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
-	return activator.NewDataServer(dp, srv).Serve(ln)
+	return activator.NewServer(dp, srv).Serve(ln)
 }
 
 type procs struct {

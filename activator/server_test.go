@@ -81,7 +81,7 @@ func keepAlive(t *testing.T, url, host string, n int) []string {
 }
 
 func TestWarmSpreadsOverReadyEndpointsOnOneConnection(t *testing.T) {
-	dp, url, rec := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	a, b := newConnApp(t, "a", nil), newConnApp(t, "b", nil)
 	dp.SetEndpoints(shopHello, []Endpoint{{Addr: a.addr(), Ready: true}, {Addr: b.addr(), Ready: true}, {Addr: "127.0.0.1:1"}})
 	got := keepAlive(t, url, "hello.test", 6)
@@ -105,7 +105,7 @@ func TestWarmSpreadsOverReadyEndpointsOnOneConnection(t *testing.T) {
 }
 
 func TestWarmEndpointRemovalDropsItsPool(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	a, b := newConnApp(t, "a", nil), newConnApp(t, "b", nil)
 	dp.SetEndpoints(shopHello, []Endpoint{{Addr: a.addr(), Ready: true}, {Addr: b.addr(), Ready: true}})
 	keepAlive(t, url, "hello.test", 2)
@@ -113,7 +113,7 @@ func TestWarmEndpointRemovalDropsItsPool(t *testing.T) {
 	if got, want := keepAlive(t, url, "hello.test", 3), []string{"200 b", "200 b", "200 b"}; !cmp.Equal(got, want) {
 		t.Errorf("after removing a: %v, want %v", got, want)
 	}
-	if _, ok := dp.proxies.m.Load(a.addr()); ok {
+	if _, ok := dp.upstreams.m.Load(a.addr()); ok {
 		t.Error("the upstream of the removed endpoint is still cached")
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -130,7 +130,7 @@ func TestWarmEndpointRemovalDropsItsPool(t *testing.T) {
 }
 
 func TestWarmUpstreamDyingMidFlightIs502(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	dying := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {
 		c, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
@@ -152,7 +152,7 @@ func TestWarmUpstreamDyingMidFlightIs502(t *testing.T) {
 }
 
 func TestWarmForwardsHeadersAsNetHTTPPathDid(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	app := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s|%s|%s|%s|%s|%s", r.Host, r.URL.RequestURI(), r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Hop"))
 	})
@@ -164,7 +164,7 @@ func TestWarmForwardsHeadersAsNetHTTPPathDid(t *testing.T) {
 }
 
 func TestColdThenWarmOnOneConnection(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{})
 	app := newConnApp(t, "a", nil)
 	held := make(chan bool, 1)
 	go func() {
@@ -197,7 +197,7 @@ func TestWarmSmugglingThroughConnectionIsFramed(t *testing.T) {
 		"POST /a HTTP/1.1\r\nHost: hello.test\r\nConnection: Content-Length\r\nContent-Length: 39\r\n\r\n" + smuggled,
 		"POST /a HTTP/1.1\r\nHost: hello.test\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n27\r\n" + smuggled + "\r\n0\r\n\r\n",
 	} {
-		dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+		dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 		var mu sync.Mutex
 		var seen []string
 		app := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {

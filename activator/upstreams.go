@@ -27,7 +27,7 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // upstream is one app endpoint (a sidecar's data port) with its proxies,
 // built once and shared by every request to it: the keep-alive pool of the
-// HTTP/1.1 engine (warm requests, DataServer), and reverse proxies for what
+// HTTP/1.1 engine (warm requests, Server), and reverse proxies for what
 // net/http serves (released held requests, h2c and gRPC).
 type upstream struct {
 	addr   string
@@ -43,15 +43,15 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.h1.ServeHTTP(w, r)
 }
 
-// proxies builds and caches the upstreams by address.
-type proxies struct {
+// upstreams builds and caches each address's upstream.
+type upstreams struct {
 	h1, h2 http.RoundTripper
 	pool   *bufferPool
 	log    logr.Logger
 	m      sync.Map // addr → *upstream
 }
 
-func newProxies(log logr.Logger) *proxies {
+func newUpstreams(log logr.Logger) *upstreams {
 	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
 	h1 := &http.Transport{
 		DialContext:           dialer.DialContext,
@@ -70,10 +70,10 @@ func newProxies(log logr.Logger) *proxies {
 	}
 	h2.Protocols = new(http.Protocols)
 	h2.Protocols.SetUnencryptedHTTP2(true)
-	return &proxies{h1: h1, h2: h2, pool: &bufferPool{}, log: log}
+	return &upstreams{h1: h1, h2: h2, pool: &bufferPool{}, log: log}
 }
 
-func (p *proxies) get(addr string) *upstream {
+func (p *upstreams) get(addr string) *upstream {
 	if u, ok := p.m.Load(addr); ok {
 		return u.(*upstream)
 	}
@@ -84,7 +84,7 @@ func (p *proxies) get(addr string) *upstream {
 
 // forget drops the upstreams not in keep and closes their pooled
 // connections (those in use close when their exchange ends).
-func (p *proxies) forget(keep map[string]bool) {
+func (p *upstreams) forget(keep map[string]bool) {
 	p.m.Range(func(k, v any) bool {
 		if !keep[k.(string)] {
 			p.m.Delete(k)
@@ -94,7 +94,7 @@ func (p *proxies) forget(keep map[string]bool) {
 	})
 }
 
-func (p *proxies) reverseProxy(addr string, rt http.RoundTripper) *httputil.ReverseProxy {
+func (p *upstreams) reverseProxy(addr string, rt http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"

@@ -20,7 +20,7 @@ import (
 // epoll set that reports the client hanging up (EPOLLRDHUP) without reading
 // the request body. When the app has a ready pod, when the cold-start timeout
 // passes, or when its AppRoute is deleted, the connection is handed to the
-// re-entry server, an http.Server of the DataPlane that reads the head again
+// re-entry server, an http.Server of the Router that reads the head again
 // from the saved bytes and answers it like any other request (forwarding
 // it, or 504/503), then serves the connection's next requests.
 //
@@ -57,9 +57,9 @@ type poller interface {
 	close()
 }
 
-// parking is the DataPlane's parked requests.
+// parking is the Router's parked requests.
 type parking struct {
-	d *DataPlane
+	d *Router
 
 	startOnce sync.Once
 	startErr  error
@@ -109,7 +109,7 @@ func (pk *parking) start() error {
 
 // park hijacks r's connection and parks it; false means it could not, and
 // the caller holds r in its handler instead.
-func (d *DataPlane) park(w http.ResponseWriter, r *http.Request, a *app, start time.Time, timeout time.Duration) bool {
+func (d *Router) park(w http.ResponseWriter, r *http.Request, a *app, start time.Time, timeout time.Duration) bool {
 	if r.ProtoMajor != 1 {
 		return false
 	}
@@ -227,7 +227,7 @@ func (pk *parking) expire() {
 
 // releaseParked hands a's parked requests to the re-entry server if a has a
 // ready pod (they are forwarded) or is gone (503).
-func (d *DataPlane) releaseParked(a *app) {
+func (d *Router) releaseParked(a *app) {
 	pk := &d.parking
 	var v verdict
 	var msg string
@@ -400,7 +400,7 @@ func (c *replayConn) CloseWrite() error {
 
 // serveReentered answers a request read again from a parked connection:
 // the first one with its verdict, the next ones like any request.
-func (d *DataPlane) serveReentered(w http.ResponseWriter, r *http.Request) {
+func (d *Router) serveReentered(w http.ResponseWriter, r *http.Request) {
 	c, _ := r.Context().Value(reentryKey{}).(*replayConn)
 	if c == nil || c.verdict == 0 {
 		d.ServeHTTP(w, r)

@@ -21,7 +21,7 @@ import (
 )
 
 // AppConfig is an app's holding settings, from its AppRoute; zero values
-// take the DataPlane's defaults.
+// take the Router's defaults.
 type AppConfig struct {
 	QueueSize        int
 	ColdStartTimeout time.Duration
@@ -47,8 +47,8 @@ type Pusher interface {
 	Set(app holdpush.App, held int64)
 }
 
-// DataPlaneOptions configure a DataPlane.
-type DataPlaneOptions struct {
+// RouterOptions configure a Router.
+type RouterOptions struct {
 	// QueueSize is an app's hold queue unless its AppRoute sets one.
 	QueueSize int
 	// MaxHeld caps the requests held across every app.
@@ -66,23 +66,23 @@ type DataPlaneOptions struct {
 	Log        logr.Logger
 }
 
-// DataPlane is the activator's request path: it routes a request by its
+// Router is the activator's request path: it routes a request by its
 // Host and path, proxies it straight to a ready pod of its app, or holds it
 // until one is ready.
-type DataPlane struct {
-	opts    DataPlaneOptions
-	table   atomic.Pointer[routing.Table[*app]]
-	proxies *proxies
-	probe   *http.Client
-	held    atomic.Int64 // across every app
-	parking parking      // held HTTP/1.x requests, hijacked
+type Router struct {
+	opts      RouterOptions
+	table     atomic.Pointer[routing.Table[*app]]
+	upstreams *upstreams
+	probe     *http.Client
+	held      atomic.Int64 // across every app
+	parking   parking      // held HTTP/1.x requests, hijacked
 
 	mu   sync.Mutex // guards apps; taken by writers only
 	apps map[routing.Key]*app
 }
 
-// NewDataPlane returns a DataPlane with an empty routing table.
-func NewDataPlane(opts DataPlaneOptions) *DataPlane {
+// NewRouter returns a Router with an empty routing table.
+func NewRouter(opts RouterOptions) *Router {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
@@ -94,9 +94,9 @@ func NewDataPlane(opts DataPlaneOptions) *DataPlane {
 	opts.ColdStartTimeout = cmp.Or(opts.ColdStartTimeout, DefaultColdStartTimeout)
 	opts.ProbeInterval = cmp.Or(opts.ProbeInterval, DefaultProbeInterval)
 	opts.RetryAfter = cmp.Or(opts.RetryAfter, time.Second)
-	d := &DataPlane{
-		opts:    opts,
-		proxies: newProxies(opts.Log),
+	d := &Router{
+		opts:      opts,
+		upstreams: newUpstreams(opts.Log),
 		probe: &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second, DisableCompression: true,
 		}},
@@ -112,7 +112,7 @@ func NewDataPlane(opts DataPlaneOptions) *DataPlane {
 // once they are answered (or ctx ends). Call it after the data server's
 // Shutdown: held HTTP/1.x connections are hijacked, so that one does not
 // wait for them.
-func (d *DataPlane) Shutdown(ctx context.Context) error {
+func (d *Router) Shutdown(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for d.held.Load() > 0 && ctx.Err() == nil {
@@ -125,7 +125,7 @@ func (d *DataPlane) Shutdown(ctx context.Context) error {
 }
 
 // Close closes every held and released connection at once.
-func (d *DataPlane) Close() {
+func (d *Router) Close() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	d.parking.shutdown(ctx)
@@ -160,7 +160,7 @@ type endpointSet struct {
 }
 
 // getApp returns the state of key, creating it. Callers hold d.mu.
-func (d *DataPlane) getApp(key routing.Key) *app {
+func (d *Router) getApp(key routing.Key) *app {
 	a := d.apps[key]
 	if a == nil {
 		a = &app{key: key, push: holdpush.App{Namespace: key.Namespace, Name: key.Name}, wake: make(chan struct{}), probed: map[string]bool{}}
@@ -174,7 +174,7 @@ func (d *DataPlane) getApp(key routing.Key) *app {
 
 // SetRoutes replaces the routing table. Apps no longer routed answer their
 // held requests at once (503).
-func (d *DataPlane) SetRoutes(routes []routing.Route[AppConfig]) {
+func (d *Router) SetRoutes(routes []routing.Route[AppConfig]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	rs := make([]routing.Route[*app], 0, len(routes))
@@ -214,7 +214,7 @@ func (d *DataPlane) SetRoutes(routes []routing.Route[AppConfig]) {
 
 // Served lists the AppRoutes in the table this replica serves and the
 // generation of each.
-func (d *DataPlane) Served() map[string]int64 {
+func (d *Router) Served() map[string]int64 {
 	out := map[string]int64{}
 	d.table.Load().Routes(func(r *routing.Route[*app]) { out[r.Key.String()] = r.Generation })
 	return out
@@ -222,7 +222,7 @@ func (d *DataPlane) Served() map[string]int64 {
 
 // SetEndpoints replaces the endpoints of an app. Held requests go to the
 // ready ones at once.
-func (d *DataPlane) SetEndpoints(key routing.Key, eps []Endpoint) {
+func (d *Router) SetEndpoints(key routing.Key, eps []Endpoint) {
 	d.mu.Lock()
 	a := d.getApp(key)
 	d.mu.Unlock()
@@ -232,9 +232,9 @@ func (d *DataPlane) SetEndpoints(key routing.Key, eps []Endpoint) {
 	}
 }
 
-// forgetUpstreams drops the cached proxies of addresses no app lists any
+// forgetUpstreams drops the cached upstreams of addresses no app lists any
 // more (pods come and go with new IPs).
-func (d *DataPlane) forgetUpstreams() {
+func (d *Router) forgetUpstreams() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	keep := map[string]bool{}
@@ -245,11 +245,11 @@ func (d *DataPlane) forgetUpstreams() {
 		}
 		a.mu.Unlock()
 	}
-	d.proxies.forget(keep)
+	d.upstreams.forget(keep)
 }
 
 // setEndpoints records eps for a; false if they did not change.
-func (d *DataPlane) setEndpoints(a *app, eps []Endpoint) bool {
+func (d *Router) setEndpoints(a *app, eps []Endpoint) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if slices.Equal(a.all, eps) {
@@ -276,11 +276,11 @@ func (d *DataPlane) setEndpoints(a *app, eps []Endpoint) bool {
 
 // rebuildLocked recomputes a's endpoint set and wakes its waiters. Callers
 // hold a.mu.
-func (d *DataPlane) rebuildLocked(a *app) {
+func (d *Router) rebuildLocked(a *app) {
 	set := &endpointSet{}
 	for _, e := range a.all {
 		if e.Ready || a.probed[e.Addr] {
-			set.ready = append(set.ready, d.proxies.get(e.Addr))
+			set.ready = append(set.ready, d.upstreams.get(e.Addr))
 		} else {
 			set.notReady = append(set.notReady, e)
 		}
@@ -311,11 +311,11 @@ func (a *app) pick() *upstream {
 }
 
 // ServeHTTP routes, proxies or holds one request.
-func (d *DataPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.serve(w, r, false) }
+func (d *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.serve(w, r, false) }
 
 // serve routes, proxies or holds one request; released is true for a held
 // request read again from its parked connection.
-func (d *DataPlane) serve(w http.ResponseWriter, r *http.Request, released bool) {
+func (d *Router) serve(w http.ResponseWriter, r *http.Request, released bool) {
 	route, ok := d.table.Load().Lookup(r.Host, r.URL.Path)
 	if !ok {
 		d.opts.Metrics.notFound.Inc()
@@ -344,7 +344,7 @@ const (
 )
 
 // admit takes a slot in a's queue and tells the scaler.
-func (d *DataPlane) admit(a *app, limit int) admission {
+func (d *Router) admit(a *app, limit int) admission {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.held >= int64(limit) {
@@ -368,7 +368,7 @@ func (d *DataPlane) admit(a *app, limit int) admission {
 }
 
 // leave frees a slot and tells the scaler.
-func (d *DataPlane) leave(a *app) {
+func (d *Router) leave(a *app) {
 	a.mu.Lock()
 	a.held--
 	d.held.Add(-1)
@@ -380,7 +380,7 @@ func (d *DataPlane) leave(a *app) {
 	a.mu.Unlock()
 }
 
-func (d *DataPlane) hold(w http.ResponseWriter, r *http.Request, a *app) {
+func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	cfg := a.cfg.Load()
 	if cfg.Placeholder && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
 		d.placeholder(w, a)
@@ -433,7 +433,7 @@ func (d *DataPlane) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	}
 }
 
-func (d *DataPlane) reject(w http.ResponseWriter, a *app, why string) {
+func (d *Router) reject(w http.ResponseWriter, a *app, why string) {
 	d.opts.Metrics.rejected.Inc()
 	d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(d.opts.RetryAfter.Round(time.Second)/time.Second))))
@@ -444,7 +444,7 @@ func (d *DataPlane) reject(w http.ResponseWriter, a *app, why string) {
 // each one counts as a held request so the app is woken and kept waking.
 const placeholderRefresh = 2 * time.Second
 
-func (d *DataPlane) placeholder(w http.ResponseWriter, a *app) {
+func (d *Router) placeholder(w http.ResponseWriter, a *app) {
 	d.opts.Metrics.placeholder.Inc()
 	if d.admit(a, cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize)) == admitted {
 		time.AfterFunc(placeholderRefresh, func() { d.leave(a) })
@@ -462,7 +462,7 @@ func (d *DataPlane) placeholder(w http.ResponseWriter, a *app) {
 // probeLoop probes the not-ready sidecars of a while it holds requests and
 // has no ready endpoint, so held requests go out the moment a sidecar is
 // ready rather than after EndpointSlice propagation.
-func (d *DataPlane) probeLoop(a *app) {
+func (d *Router) probeLoop(a *app) {
 	t := time.NewTicker(d.opts.ProbeInterval)
 	defer t.Stop()
 	inflight := map[string]bool{}
@@ -515,7 +515,7 @@ type probeResult struct {
 	ready bool
 }
 
-func (d *DataPlane) probeReady(admin string) bool {
+func (d *Router) probeReady(admin string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/ready", nil)
@@ -531,4 +531,4 @@ func (d *DataPlane) probeReady(admin string) bool {
 }
 
 // Held is the number of requests held now across every app.
-func (d *DataPlane) Held() int64 { return d.held.Load() }
+func (d *Router) Held() int64 { return d.held.Load() }

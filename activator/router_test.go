@@ -40,18 +40,18 @@ func (r *recorder) values() []int64 {
 
 var shopHello = routing.Key{Namespace: "shop", Name: "hello"}
 
-// rig is a DataPlane behind a real HTTP server, routing hello.test to shop/hello.
-func rig(t *testing.T, opts DataPlaneOptions, cfg AppConfig) (*DataPlane, string, *recorder) {
+// rig is a Router behind a real HTTP server, routing hello.test to shop/hello.
+func rig(t *testing.T, opts RouterOptions, cfg AppConfig) (*Router, string, *recorder) {
 	t.Helper()
 	return rigProtocols(t, opts, cfg, false)
 }
 
 // rigProtocols is rig, serving h2c as well when h2c is set (as Run does).
-func rigProtocols(t *testing.T, opts DataPlaneOptions, cfg AppConfig, h2c bool) (*DataPlane, string, *recorder) {
+func rigProtocols(t *testing.T, opts RouterOptions, cfg AppConfig, h2c bool) (*Router, string, *recorder) {
 	t.Helper()
 	rec := &recorder{}
 	opts.Pusher = rec
-	dp := NewDataPlane(opts)
+	dp := NewRouter(opts)
 	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}, Value: cfg}})
 	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	if h2c {
@@ -63,7 +63,7 @@ func rigProtocols(t *testing.T, opts DataPlaneOptions, cfg AppConfig, h2c bool) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := NewDataServer(dp, srv)
+	ds := NewServer(dp, srv)
 	go ds.Serve(ln)
 	t.Cleanup(func() { ds.Close() })
 	t.Cleanup(dp.Close)
@@ -98,7 +98,7 @@ func do(t *testing.T, ctx context.Context, url, host string, hdr ...string) (int
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-func waitHeld(t *testing.T, dp *DataPlane, n int64) {
+func waitHeld(t *testing.T, dp *Router, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for dp.Held() != n {
@@ -110,7 +110,7 @@ func waitHeld(t *testing.T, dp *DataPlane, n int64) {
 }
 
 func TestUnknownHostIs404NamingIt(t *testing.T) {
-	_, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	_, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	code, _, body := do(t, t.Context(), url+"/x", "nobody.test")
 	if code != http.StatusNotFound || !strings.Contains(body, `"nobody.test"`) {
 		t.Errorf("got %d %q, want 404 naming the host", code, body)
@@ -118,7 +118,7 @@ func TestUnknownHostIs404NamingIt(t *testing.T) {
 }
 
 func TestWarmIsProxiedKeepingHost(t *testing.T) {
-	dp, url, rec := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	dp.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
 	code, _, body := do(t, t.Context(), url, "hello.test:80")
 	if code != 200 || body != "a hello.test:80" {
@@ -130,7 +130,7 @@ func TestWarmIsProxiedKeepingHost(t *testing.T) {
 }
 
 func TestHeldUntilReadyThenSpread(t *testing.T) {
-	dp, url, rec := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	const n = 10
 	bodies := make(chan string, n)
 	for range n {
@@ -153,13 +153,13 @@ func TestHeldUntilReadyThenSpread(t *testing.T) {
 
 func TestQueueLimits(t *testing.T) {
 	for name, c := range map[string]struct {
-		opts DataPlaneOptions
+		opts RouterOptions
 		cfg  AppConfig
 		want string
 	}{
-		"app queue from the AppRoute": {DataPlaneOptions{QueueSize: 100}, AppConfig{QueueSize: 3}, "hold queue of app shop/hello is full (3 requests)"},
-		"default app queue":           {DataPlaneOptions{QueueSize: 3}, AppConfig{}, "hold queue of app shop/hello is full (3 requests)"},
-		"global cap":                  {DataPlaneOptions{QueueSize: 100, MaxHeld: 3}, AppConfig{}, "holds its maximum of 3 requests"},
+		"app queue from the AppRoute": {RouterOptions{QueueSize: 100}, AppConfig{QueueSize: 3}, "hold queue of app shop/hello is full (3 requests)"},
+		"default app queue":           {RouterOptions{QueueSize: 3}, AppConfig{}, "hold queue of app shop/hello is full (3 requests)"},
+		"global cap":                  {RouterOptions{QueueSize: 100, MaxHeld: 3}, AppConfig{}, "holds its maximum of 3 requests"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
@@ -180,7 +180,7 @@ func TestQueueLimits(t *testing.T) {
 }
 
 func TestColdStartTimeoutIs504NamingAppAndWait(t *testing.T) {
-	dp, url, rec := rig(t, DataPlaneOptions{ColdStartTimeout: time.Hour}, AppConfig{ColdStartTimeout: 150 * time.Millisecond})
+	dp, url, rec := rig(t, RouterOptions{ColdStartTimeout: time.Hour}, AppConfig{ColdStartTimeout: 150 * time.Millisecond})
 	start := time.Now()
 	code, _, body := do(t, t.Context(), url, "hello.test")
 	if took := time.Since(start); took < 150*time.Millisecond || took > 2*time.Second {
@@ -195,7 +195,7 @@ func TestColdStartTimeoutIs504NamingAppAndWait(t *testing.T) {
 }
 
 func TestClientDisconnectFreesSlotAtOnce(t *testing.T) {
-	dp, url, rec := rig(t, DataPlaneOptions{QueueSize: 1}, AppConfig{})
+	dp, url, rec := rig(t, RouterOptions{QueueSize: 1}, AppConfig{})
 	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestClientDisconnectFreesSlotAtOnce(t *testing.T) {
 }
 
 func TestReleasedByProbingNotReadySidecar(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{ProbeInterval: 5 * time.Millisecond}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{ProbeInterval: 5 * time.Millisecond}, AppConfig{})
 	var ready atomic.Bool
 	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ready" && ready.Load() {
@@ -254,7 +254,7 @@ func TestReleasedByProbingNotReadySidecar(t *testing.T) {
 }
 
 func TestRouteDeletedWhileHeldIs503(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	done := make(chan int, 1)
 	go func() { code, _, _ := do(t, t.Context(), url, "hello.test"); done <- code }()
 	waitHeld(t, dp, 1)
@@ -265,7 +265,7 @@ func TestRouteDeletedWhileHeldIs503(t *testing.T) {
 }
 
 func TestPlaceholderForBrowsersOnly(t *testing.T) {
-	dp, url, rec := rig(t, DataPlaneOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{Placeholder: true})
+	dp, url, rec := rig(t, RouterOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{Placeholder: true})
 	code, hdr, body := do(t, t.Context(), url, "hello.test", "Accept", "text/html,application/xhtml+xml")
 	if code != http.StatusServiceUnavailable || !strings.Contains(hdr.Get("Content-Type"), "text/html") || !strings.Contains(body, `http-equiv="refresh"`) {
 		t.Errorf("browser got %d %q %q", code, hdr.Get("Content-Type"), body)
@@ -280,7 +280,7 @@ func TestPlaceholderForBrowsersOnly(t *testing.T) {
 }
 
 func TestBadRequestHeadsAnswered(t *testing.T) {
-	_, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	_, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	srvAddr := strings.TrimPrefix(url, "http://")
 	for name, raw := range map[string]string{
 		"garbage":         "HELLO\r\n\r\n",
@@ -307,7 +307,7 @@ func TestBadRequestHeadsAnswered(t *testing.T) {
 // dashboards show each app's cold starts and their duration.
 func TestColdStartObservedPerApp(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	dp, url, _ := rig(t, DataPlaneOptions{Metrics: NewMetrics(reg)}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg)}, AppConfig{})
 	done := make(chan struct{})
 	go func() { do(t, t.Context(), url, "hello.test"); close(done) }()
 	waitHeld(t, dp, 1)

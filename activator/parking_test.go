@@ -76,7 +76,7 @@ func TestClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 		"no body (control)": "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			dp, url, rec := rig(t, DataPlaneOptions{ColdStartTimeout: time.Minute}, AppConfig{})
+			dp, url, rec := rig(t, RouterOptions{ColdStartTimeout: time.Minute}, AppConfig{})
 			c := dialRaw(t, url)
 			io.WriteString(c, raw)
 			waitHeld(t, dp, 1)
@@ -95,7 +95,7 @@ func TestClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 
 // The same over h2c: the stream's reset frees the slot.
 func TestH2CClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
-	dp, url, _ := rigProtocols(t, DataPlaneOptions{ColdStartTimeout: time.Minute}, AppConfig{}, true)
+	dp, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: time.Minute}, AppConfig{}, true)
 	tr := &http.Transport{}
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
@@ -130,7 +130,7 @@ func TestH2CClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 // their connection: after the release both are answered in order and the
 // connection serves a third.
 func TestHeldBodyAndPipelinedRequestReleasedInOrder(t *testing.T) {
-	dp, url, rec := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "POST /one HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 5\r\n\r\nhello"+
 		"POST /two HTTP/1.1\r\nHost: hello.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
@@ -150,7 +150,7 @@ func TestHeldBodyAndPipelinedRequestReleasedInOrder(t *testing.T) {
 
 // A body sent while the request is held, after the head, is forwarded too.
 func TestBodySentWhileHeldIsForwarded(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "PUT /x HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 10\r\n\r\n01234")
 	waitHeld(t, dp, 1)
@@ -165,7 +165,7 @@ func TestBodySentWhileHeldIsForwarded(t *testing.T) {
 // The cold-start timeout of a held request with a body is a 504 on a
 // connection that stays usable.
 func TestHeldWithBodyTimesOutKeepingConnection(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 5\r\n\r\nhello")
 	got := readAnswers(t, c, 1)
@@ -181,7 +181,7 @@ func TestHeldWithBodyTimesOutKeepingConnection(t *testing.T) {
 
 // HTTP/1.0 requests are held and released as HTTP/1.0.
 func TestHeldHTTP10(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET /old HTTP/1.0\r\nHost: hello.test\r\n\r\n")
 	waitHeld(t, dp, 1)
@@ -197,7 +197,7 @@ func TestHeldHTTP10(t *testing.T) {
 
 // Shutdown waits for held requests, then closes those still held.
 func TestShutdownClosesHeldAfterDeadline(t *testing.T) {
-	dp, url, _ := rig(t, DataPlaneOptions{}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
 	waitHeld(t, dp, 1)

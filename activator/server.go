@@ -12,17 +12,17 @@ import (
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 )
 
-// DataServer serves the activator's data port. Warm HTTP/1.1 requests (an
+// Server serves the activator's data port. Warm HTTP/1.1 requests (an
 // app with a ready endpoint, an origin-form target without escapes, a Host
 // header) are proxied by the hand-written engine of package internal/http1,
 // spread round robin over the app's ready endpoints, each endpoint with one
 // keep-alive pool built once. Any other request (unknown host, an app
 // without a ready endpoint, which is held, an unusual target) hands its
 // connection, the request included, to an http.Server whose handler is the
-// DataPlane, which serves that connection from then on; so do connections
+// Router, which serves that connection from then on; so do connections
 // that open with the HTTP/2 preface (h2c, gRPC).
-type DataServer struct {
-	d       *DataPlane
+type Server struct {
+	d       *Router
 	srv     *http.Server
 	ln      *handOffListener
 	h1      *h1.Server
@@ -31,14 +31,14 @@ type DataServer struct {
 	stopped sync.Once
 }
 
-// NewDataServer returns a DataServer for d. srv serves the connections
+// NewServer returns a Server for d. srv serves the connections
 // handed off (its Handler defaults to d); its ReadHeaderTimeout,
 // IdleTimeout and MaxHeaderBytes apply to warm connections too.
-func NewDataServer(d *DataPlane, srv *http.Server) *DataServer {
+func NewServer(d *Router, srv *http.Server) *Server {
 	if srv.Handler == nil {
 		srv.Handler = d
 	}
-	s := &DataServer{
+	s := &Server{
 		d:    d,
 		srv:  srv,
 		ln:   &handOffListener{ch: make(chan net.Conn), done: make(chan struct{})},
@@ -59,7 +59,7 @@ func NewDataServer(d *DataPlane, srv *http.Server) *DataServer {
 
 // Serve accepts connections on ln until Shutdown or Close; it then returns
 // http.ErrServerClosed.
-func (s *DataServer) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error {
 	s.srvOnce.Do(func() {
 		go s.srv.Serve(s.ln) // returns when ln closes
 		go s.janitor()
@@ -70,7 +70,7 @@ func (s *DataServer) Serve(ln net.Listener) error {
 // ServeRequest proxies a warm request to one of its app's ready endpoints
 // and hands any other off to the net/http server (h1.Handler). Warm
 // requests are not held, so they are not counted as held.
-func (s *DataServer) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
+func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	host, target := cc.Host(), cc.Target()
 	if len(host) == 0 || len(target) == 0 || target[0] != '/' {
 		return cc.HandOff()
@@ -98,13 +98,13 @@ func (s *DataServer) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 }
 
 // UpstreamError logs an endpoint that failed (h1.Handler).
-func (s *DataServer) UpstreamError(up *h1.Upstream, err error) string {
+func (s *Server) UpstreamError(up *h1.Upstream, err error) string {
 	s.d.opts.Log.V(1).Info("upstream failed", "upstream", up.Addr(), "error", err.Error())
 	return fmt.Sprintf("ebb-activator: upstream %s failed: %v", up.Addr(), err)
 }
 
 // janitor closes pooled upstream connections unused for a while.
-func (s *DataServer) janitor() {
+func (s *Server) janitor() {
 	t := time.NewTicker(h1.UpstreamIdleTimeout / 3)
 	defer t.Stop()
 	for {
@@ -112,7 +112,7 @@ func (s *DataServer) janitor() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			s.d.proxies.m.Range(func(_, v any) bool {
+			s.d.upstreams.m.Range(func(_, v any) bool {
 				v.(*upstream).pool.CloseIdle(now, h1.UpstreamIdleTimeout)
 				return true
 			})
@@ -120,16 +120,16 @@ func (s *DataServer) janitor() {
 	}
 }
 
-func (s *DataServer) beginStop() {
+func (s *Server) beginStop() {
 	s.stopped.Do(func() { close(s.stop) })
 	s.h1.Stop()
 }
 
 // Shutdown stops accepting, waits (until ctx ends) for the requests in
 // flight on the engine's connections, then shuts the net/http server down
-// (http.Server.Shutdown). Held requests are the DataPlane's: call
-// DataPlane.Shutdown after this.
-func (s *DataServer) Shutdown(ctx context.Context) error {
+// (http.Server.Shutdown). Held requests are the Router's: call
+// Router.Shutdown after this.
+func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
 	s.h1.Shutdown(ctx)
 	err := s.srv.Shutdown(ctx)
@@ -138,7 +138,7 @@ func (s *DataServer) Shutdown(ctx context.Context) error {
 }
 
 // Close closes every connection at once.
-func (s *DataServer) Close() error {
+func (s *Server) Close() error {
 	s.beginStop()
 	s.h1.Close()
 	err := s.srv.Close()
