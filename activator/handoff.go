@@ -19,8 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
@@ -39,15 +40,12 @@ const RouteLabel = "approute"
 // that points at the ready activator pods; it removes it once the app has a
 // ready endpoint. It only ever touches slices managed by activator.<suffix>.
 type handoff struct {
-	opts        Options
-	names       groupsuffix.Names
-	log         logr.Logger
-	kube        kubernetes.Interface
-	src         *sources
-	deployments cache.SharedIndexInformer
-	activators  cache.SharedIndexInformer // this instance's activator pods
-	metrics     *Metrics
-	kick        chan struct{}
+	opts    Options
+	names   groupsuffix.Names
+	log     logr.Logger
+	kube    kubernetes.Interface
+	src     *sources // and its cache: Deployments, this instance's activator pods
+	metrics *Metrics
 }
 
 // handoffSliceName is the hand-off slice of a Service: one per Service and
@@ -61,38 +59,18 @@ func handoffSliceName(service string, names groupsuffix.Names) string {
 	return service + suffix
 }
 
-func (h *handoff) trigger() {
-	select {
-	case h.kick <- struct{}{}:
-	default:
+// Reconcile publishes or removes every hand-off slice at once, on each
+// change and every 10 s; after a failure, again within a second.
+func (h *handoff) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	if err := h.reconcileAll(ctx); err != nil {
+		h.log.Error(err, "endpoint hand-off: some slices not reconciled; retrying")
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-}
-
-// run reconciles every AppRoute on each change and every 10 s, until ctx ends.
-func (h *handoff) run(ctx context.Context) {
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
-	for {
-		if err := h.reconcileAll(ctx); err != nil && ctx.Err() == nil {
-			h.log.Error(err, "endpoint hand-off: some slices not reconciled; retrying")
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.kick:
-		case <-tick.C:
-		}
-	}
+	return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
 }
 
 func (h *handoff) reconcileAll(ctx context.Context) error {
-	routes := h.src.cachedRoutes()
+	routes := h.src.cachedRoutes(ctx)
 	wanted := map[string]bool{} // namespace/slice name
 	var errs []error
 	for _, r := range routes {
@@ -106,11 +84,12 @@ func (h *handoff) reconcileAll(ctx context.Context) error {
 	}
 	// Our slices whose AppRoute is gone or no longer wants one.
 	published := 0
-	for _, o := range h.src.slices.GetStore().List() {
-		sl, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok || sl.Labels[discoveryv1.LabelManagedBy] != h.names.EndpointSliceManagedBy() {
-			continue
-		}
+	var ours discoveryv1.EndpointSliceList
+	if err := h.src.cache.List(ctx, &ours, client.MatchingLabels{discoveryv1.LabelManagedBy: h.names.EndpointSliceManagedBy()}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list hand-off slices: %w", err)
+	}
+	for i := range ours.Items {
+		sl := &ours.Items[i]
 		if wanted[sl.Namespace+"/"+sl.Name] {
 			published++
 			continue
@@ -129,7 +108,7 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 	if r.DeletionTimestamp != nil || r.Spec.Service.Name == "" {
 		return "", nil
 	}
-	svc := h.src.service(r.Namespace, r.Spec.Service.Name)
+	svc := h.src.service(ctx, r.Namespace, r.Spec.Service.Name)
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return "", nil
 	}
@@ -137,12 +116,15 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 	if len(ports) == 0 {
 		return "", nil
 	}
-	if !h.needsHandoff(r, svc) {
+	if !h.needsHandoff(ctx, r, svc) {
 		return "", nil
 	}
 	name := handoffSliceName(svc.Name, h.names)
-	want := h.desired(r, svc, ports, name)
-	if cur, ok := h.current(r.Namespace, name); ok && sameSlice(cur, want) {
+	want, err := h.desired(ctx, r, svc, ports, name)
+	if err != nil {
+		return name, err
+	}
+	if cur, ok := h.current(ctx, r.Namespace, name); ok && sameSlice(cur, want) {
 		return name, nil
 	}
 	body, err := json.Marshal(want)
@@ -160,16 +142,13 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 
 // needsHandoff: the Deployment is scaled to 0 (published before its last
 // pod stops serving), or no app endpoint is ready and not terminating.
-func (h *handoff) needsHandoff(r *routingv1alpha1.AppRoute, svc *corev1.Service) bool {
-	if o, ok, _ := h.deployments.GetStore().GetByKey(r.Namespace + "/" + r.Spec.ScaleTargetRef.Name); ok {
-		if d, ok := o.(*appsv1.Deployment); ok && d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
-			return true
-		}
+func (h *handoff) needsHandoff(ctx context.Context, r *routingv1alpha1.AppRoute, svc *corev1.Service) bool {
+	var d appsv1.Deployment
+	if err := h.src.cache.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}, &d); err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
+		return true
 	}
-	objs, _ := h.src.slices.GetIndexer().ByIndex(byService, svc.Namespace+"/"+svc.Name)
-	for _, o := range objs {
-		sl, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok || isHandoff(sl) {
+	for _, sl := range h.src.slicesOf(ctx, svc.Namespace, svc.Name) {
+		if isHandoff(&sl) {
 			continue
 		}
 		for _, e := range sl.Endpoints {
@@ -181,16 +160,15 @@ func (h *handoff) needsHandoff(r *routingv1alpha1.AppRoute, svc *corev1.Service)
 	return true
 }
 
-func (h *handoff) current(ns, name string) (*discoveryv1.EndpointSlice, bool) {
-	o, ok, _ := h.src.slices.GetStore().GetByKey(ns + "/" + name)
-	if !ok {
+func (h *handoff) current(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, bool) {
+	var sl discoveryv1.EndpointSlice
+	if err := h.src.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &sl); err != nil {
 		return nil, false
 	}
-	sl, ok := o.(*discoveryv1.EndpointSlice)
-	return sl, ok
+	return &sl, true
 }
 
-func (h *handoff) desired(r *routingv1alpha1.AppRoute, svc *corev1.Service, ports []corev1.ServicePort, name string) *discoveryv1.EndpointSlice {
+func (h *handoff) desired(ctx context.Context, r *routingv1alpha1.AppRoute, svc *corev1.Service, ports []corev1.ServicePort, name string) (*discoveryv1.EndpointSlice, error) {
 	sl := &discoveryv1.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -211,9 +189,13 @@ func (h *handoff) desired(r *routingv1alpha1.AppRoute, svc *corev1.Service, port
 	for _, p := range ports {
 		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &p.Name, Port: ptr.To(int32(h.opts.HandoffPort)), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: p.AppProtocol})
 	}
-	for _, o := range h.activators.GetStore().List() {
-		p, ok := o.(*corev1.Pod)
-		if !ok || !podReady(p) || p.DeletionTimestamp != nil || p.Status.PodIP == "" || strings.Contains(p.Status.PodIP, ":") {
+	pods, err := h.src.activatorPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		p := &pods[i]
+		if !podReady(p) || p.DeletionTimestamp != nil || p.Status.PodIP == "" || strings.Contains(p.Status.PodIP, ":") {
 			continue
 		}
 		ep := discoveryv1.Endpoint{
@@ -227,7 +209,7 @@ func (h *handoff) desired(r *routingv1alpha1.AppRoute, svc *corev1.Service, port
 		sl.Endpoints = append(sl.Endpoints, ep)
 	}
 	slices.SortFunc(sl.Endpoints, func(a, b discoveryv1.Endpoint) int { return strings.Compare(a.Addresses[0], b.Addresses[0]) })
-	return sl
+	return sl, nil
 }
 
 // sameSlice compares what the hand-off controller sets.

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
@@ -38,49 +38,34 @@ type Served struct {
 // AppRoute's Propagated condition, true only when every ready replica
 // serves the AppRoute's current generation. It is computed per AppRoute.
 type propagation struct {
-	names      groupsuffix.Names
-	log        logr.Logger
-	dyn        dynamic.Interface
-	src        *sources
-	activators cache.SharedIndexInformer
-	adminPort  int
-	client     *http.Client
-	kick       chan struct{}
+	names     groupsuffix.Names
+	log       logr.Logger
+	dyn       dynamic.Interface
+	src       *sources
+	adminPort int
+	client    *http.Client
 }
 
-func (p *propagation) trigger() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
+// propagationDelay lets the replicas take a change in before they are asked.
+const propagationDelay = 100 * time.Millisecond
 
-func (p *propagation) run(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		if err := p.once(ctx); err != nil && ctx.Err() == nil {
-			p.log.Error(err, "propagation status not fully written; retrying")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-p.kick:
-			// Let the replicas take the change in first.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
+// Reconcile asks the replicas and writes the conditions, on each change
+// (after propagationDelay) and every second.
+func (p *propagation) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	if err := p.once(ctx); err != nil && ctx.Err() == nil {
+		p.log.Error(err, "propagation status not fully written; retrying")
 	}
+	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
 func (p *propagation) once(ctx context.Context) error {
+	listed, err := p.src.activatorPods(ctx)
+	if err != nil {
+		return err
+	}
 	var pods []*corev1.Pod
-	for _, o := range p.activators.GetStore().List() {
-		if pod, ok := o.(*corev1.Pod); ok && podReady(pod) && pod.DeletionTimestamp == nil && pod.Status.PodIP != "" {
+	for i := range listed {
+		if pod := &listed[i]; podReady(pod) && pod.DeletionTimestamp == nil && pod.Status.PodIP != "" {
 			pods = append(pods, pod)
 		}
 	}
@@ -92,7 +77,7 @@ func (p *propagation) once(ctx context.Context) error {
 	}
 	wg.Wait()
 	var all []error
-	for _, r := range p.src.cachedRoutes() {
+	for _, r := range p.src.cachedRoutes(ctx) {
 		key := r.Namespace + "/" + r.Name
 		have := 0
 		for i := range pods {

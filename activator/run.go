@@ -17,16 +17,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
@@ -75,18 +87,16 @@ func Run(ctx context.Context, opts Options) error {
 		log.Info("no --scaler-addresses or --scaler-service: held counts reach no scaler, apps at zero are not woken by this activator")
 	}
 
-	dp := NewRouter(RouterOptions{
+	router := NewRouter(RouterOptions{
 		QueueSize: opts.QueueSize, MaxHeld: opts.MaxHeld, ColdStartTimeout: opts.ColdStartTimeout,
 		ProbeInterval: opts.ProbeInterval, Pusher: push, Metrics: metrics, Log: log.WithName("dataplane"),
 	})
 
-	factory := informers.NewSharedInformerFactory(kube, 10*time.Minute)
-	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute)
-	routeInf := dynFactory.ForResource(routingv1alpha1.GroupVersionResource(names.Group())).Informer()
-	src, err := newSources(opts, names, log.WithName("routing"), kube, dyn, factory, routeInf, dp)
+	mgr, err := newManager(cfg, opts, names, log)
 	if err != nil {
 		return err
 	}
+	src := &sources{opts: opts, names: names, log: log.WithName("routing"), router: router, cache: mgr.GetCache(), api: mgr.GetAPIReader()}
 	var lastScalers []string
 	src.onScalers = func(addrs []string) {
 		if fmt.Sprint(addrs) != fmt.Sprint(lastScalers) {
@@ -95,52 +105,77 @@ func Run(ctx context.Context, opts Options) error {
 			log.Info("scaler addresses", "addresses", addrs)
 		}
 	}
-	deployments := factory.Apps().V1().Deployments().Informer()
-	activatorFactory := informers.NewSharedInformerFactoryWithOptions(kube, 10*time.Minute, informers.WithNamespace(opts.PodNamespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = opts.ActivatorSelector }))
-	activators := activatorFactory.Core().V1().Pods().Informer()
-
 	_, adminPortStr, _ := net.SplitHostPort(opts.AdminListen)
 	adminPort, _ := strconv.Atoi(adminPortStr)
-	ho := &handoff{opts: opts, names: names, log: log.WithName("handoff"), kube: kube, src: src, deployments: deployments, activators: activators, metrics: metrics, kick: make(chan struct{}, 1)}
-	prop := &propagation{names: names, log: log.WithName("propagation"), dyn: dyn, src: src, activators: activators, adminPort: adminPort,
-		client: &http.Client{Timeout: 2 * time.Second}, kick: make(chan struct{}, 1)}
-	kickLeader := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { ho.trigger(); prop.trigger() },
-		UpdateFunc: func(any, any) { ho.trigger(); prop.trigger() },
-		DeleteFunc: func(any) { ho.trigger(); prop.trigger() },
+	ho := &handoff{opts: opts, names: names, log: log.WithName("handoff"), kube: kube, src: src, metrics: metrics}
+	prop := &propagation{names: names, log: log.WithName("propagation"), dyn: dyn, src: src, adminPort: adminPort, client: &http.Client{Timeout: 2 * time.Second}}
+	// The elected replica's controllers: new ones for each term.
+	leaderLoops := func() ([]controller.Controller, error) {
+		h, err := newLoop(mgr, "handoff", ho, 0, &routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{})
+		if err != nil {
+			return nil, fmt.Errorf("hand-off controller: %w", err)
+		}
+		p, err := newLoop(mgr, "propagation", prop, propagationDelay, &routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{})
+		if err != nil {
+			return nil, fmt.Errorf("propagation controller: %w", err)
+		}
+		return []controller.Controller{h, p}, nil
 	}
-	for _, inf := range []cache.SharedIndexInformer{routeInf, src.services, src.slices, deployments, activators} {
-		if _, err := inf.AddEventHandler(kickLeader); err != nil {
-			return fmt.Errorf("watch: %w", err)
+
+	table, err := newLoop(mgr, "routing-table", src, 0, &routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
+	if err != nil {
+		return fmt.Errorf("routing-table controller: %w", err)
+	}
+	if err := mgr.Add(table); err != nil {
+		return fmt.Errorf("routing-table controller: %w", err)
+	}
+	var l *leadership
+	if opts.LeaderElection {
+		l = &leadership{kube: kube, opts: opts, names: names, log: log, src: src, retry: make(chan struct{}, 1)}
+		if err := ctrl.NewControllerManagedBy(mgr).Named("activator-lease").For(&corev1.Pod{}).
+			WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(l); err != nil {
+			return fmt.Errorf("lease controller: %w", err)
+		}
+	} else {
+		loops, err := leaderLoops()
+		if err != nil {
+			return err
+		}
+		for _, c := range loops {
+			if err := mgr.Add(c); err != nil {
+				return fmt.Errorf("add %T: %w", c, err)
+			}
 		}
 	}
 
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
-	factory.Start(runCtx.Done())
-	dynFactory.Start(runCtx.Done())
-	activatorFactory.Start(runCtx.Done())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancelRun()
+	mgrErr := make(chan error, 1)
+	wg.Go(func() { mgrErr <- mgr.Start(runCtx) })
 	syncCtx, cancelSync := context.WithTimeout(ctx, 2*time.Minute)
-	synced := cache.WaitForCacheSync(syncCtx.Done(), routeInf.HasSynced, src.services.HasSynced, src.slices.HasSynced, deployments.HasSynced, activators.HasSynced)
+	synced := mgr.GetCache().WaitForCacheSync(syncCtx)
 	cancelSync()
 	if !synced {
 		if ctx.Err() != nil {
 			return nil
 		}
+		select {
+		case err := <-mgrErr:
+			return fmt.Errorf("controller manager: %w", err)
+		default:
+		}
 		return fmt.Errorf("caches of AppRoutes (group %s), Services, EndpointSlices, Deployments and activator pods did not sync in 2m: is the CRD installed and RBAC granted?", names.Group())
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancelRun()
-	// The first table is built before the periodic resync starts, so the two
-	// never run at once (onScalers and the table swap are single-writer).
-	src.rebuild(src.cachedRoutes())
-	wg.Go(func() { src.run(runCtx) })
-
+	// The first table is built before the data port opens.
+	if _, err := src.Reconcile(runCtx, everything); err != nil {
+		return err
+	}
 	var draining = make(chan struct{})
-	admin := &http.Server{Addr: opts.AdminListen, Handler: adminHandler(reg, dp, src, opts.PodName, draining), ReadHeaderTimeout: 10 * time.Second}
-	data := &http.Server{Addr: opts.Listen, Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
+	admin := &http.Server{Addr: opts.AdminListen, Handler: adminHandler(reg, router, src, opts.PodName, draining), ReadHeaderTimeout: 10 * time.Second}
+	data := &http.Server{Addr: opts.Listen, Handler: router, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
 	data.Protocols = new(http.Protocols)
 	data.Protocols.SetHTTP1(true)
 	data.Protocols.SetUnencryptedHTTP2(true)
@@ -154,23 +189,12 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("listen on %s: %w", opts.AdminListen, err)
 	}
 	serveErr := make(chan error, 2)
-	dataSrv := NewServer(dp, data)
+	dataSrv := NewServer(router, data)
 	go func() { serveErr <- serveData(dataSrv, dataLn) }()
 	go func() { serveErr <- serve(admin, adminLn, "admin") }()
 
-	if opts.LeaderElection {
-		l := &leadership{kube: kube, opts: opts, names: names, log: log, activators: activators, retry: make(chan struct{}, 1)}
-		if _, err := activators.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { l.releaseIfHolderCannotServe(runCtx, obj, false) },
-			UpdateFunc: func(_, obj any) { l.releaseIfHolderCannotServe(runCtx, obj, false) },
-			DeleteFunc: func(obj any) { l.releaseIfHolderCannotServe(runCtx, obj, true) },
-		}); err != nil {
-			return fmt.Errorf("watch activator pods: %w", err)
-		}
-		wg.Go(func() { l.run(runCtx, ho, prop) })
-	} else {
-		wg.Go(func() { ho.run(runCtx) })
-		wg.Go(func() { prop.run(runCtx) })
+	if l != nil {
+		wg.Go(func() { l.run(runCtx, leaderLoops) })
 	}
 	log.Info("activator serving", "listen", opts.Listen, "admin", opts.AdminListen, "group", names.Group())
 
@@ -185,7 +209,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := dataSrv.Shutdown(shutCtx); err != nil {
 		dataSrv.Close()
 	}
-	dp.Shutdown(shutCtx) // held HTTP/1.x connections are hijacked: data.Shutdown does not wait for them
+	router.Shutdown(shutCtx) // held HTTP/1.x connections are hijacked: data.Shutdown does not wait for them
 	admin.Close()
 	return runErr
 }
@@ -213,22 +237,23 @@ func serve(s *http.Server, ln net.Listener, what string) error {
 // every hand-off slice within a few API round trips of the kubelet's report
 // instead of a lease duration.
 type leadership struct {
-	kube       kubernetes.Interface
-	opts       Options
-	names      groupsuffix.Names
-	log        logr.Logger
-	activators cache.SharedIndexInformer
-	retry      chan struct{} // a holder was released: campaign again now
-	leading    atomic.Bool
+	kube    kubernetes.Interface
+	opts    Options
+	names   groupsuffix.Names
+	log     logr.Logger
+	src     *sources      // its cache holds this instance's activator pods
+	retry   chan struct{} // a holder was released: campaign again now
+	leading atomic.Bool
 }
 
 // readyPoll is how often a replica looks at its own pod's readiness (in its
 // informer's cache) while it waits to campaign or leads.
 const readyPoll = 100 * time.Millisecond
 
-// run campaigns while the replica is ready, runs the hand-off and
-// propagation controllers while it holds the Lease, until ctx ends.
-func (l *leadership) run(ctx context.Context, ho *handoff, prop *propagation) {
+// run campaigns while the replica is ready, runs the controllers loops
+// returns (the hand-off and propagation controllers) while it holds the
+// Lease, until ctx ends.
+func (l *leadership) run(ctx context.Context, loops func() ([]controller.Controller, error)) {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: l.opts.PodNamespace, Name: l.names.ClusterScopedName("activator")},
 		Client:     l.kube.CoordinationV1(),
@@ -237,7 +262,7 @@ func (l *leadership) run(ctx context.Context, ho *handoff, prop *propagation) {
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		if !l.selfReady() {
+		if !l.selfReady(ctx) {
 			select {
 			case <-ctx.Done():
 				return
@@ -253,9 +278,20 @@ func (l *leadership) run(ctx context.Context, ho *handoff, prop *propagation) {
 				OnStartedLeading: func(ctx context.Context) {
 					l.leading.Store(true)
 					l.log.Info("elected: running the endpoint hand-off and propagation controllers")
+					cs, err := loops()
+					if err != nil {
+						l.log.Error(err, "hand-off and propagation stay off this term")
+						<-ctx.Done()
+						return
+					}
 					var wg sync.WaitGroup
-					wg.Go(func() { ho.run(ctx) })
-					wg.Go(func() { prop.run(ctx) })
+					for _, c := range cs {
+						wg.Go(func() {
+							if err := c.Start(ctx); err != nil && ctx.Err() == nil {
+								l.log.Error(err, "controller stopped")
+							}
+						})
+					}
 					wg.Wait()
 				},
 				OnStoppedLeading: func() {
@@ -280,7 +316,7 @@ func (l *leadership) run(ctx context.Context, ho *handoff, prop *propagation) {
 						return // campaign again now: the holder was released
 					}
 				case <-tick.C:
-					if !l.selfReady() {
+					if !l.selfReady(ctx) {
 						if l.leading.Load() {
 							l.log.Info("this replica is not ready: stepping down")
 						}
@@ -296,13 +332,27 @@ func (l *leadership) run(ctx context.Context, ho *handoff, prop *propagation) {
 
 // selfReady reports whether this replica's pod is Ready; a replica that
 // does not find its pod (not run in one) counts as ready.
-func (l *leadership) selfReady() bool {
-	o, ok, _ := l.activators.GetStore().GetByKey(l.opts.PodNamespace + "/" + l.opts.PodName)
-	if !ok {
+func (l *leadership) selfReady(ctx context.Context) bool {
+	var p corev1.Pod
+	if err := l.src.cache.Get(ctx, types.NamespacedName{Namespace: l.opts.PodNamespace, Name: l.opts.PodName}, &p); err != nil {
 		return true
 	}
-	p, ok := o.(*corev1.Pod)
-	return ok && podReady(p) && p.DeletionTimestamp == nil
+	return podReady(&p) && p.DeletionTimestamp == nil
+}
+
+// Reconcile sees each activator pod of the instance change or go, and
+// releases the Lease when that pod is its holder's and cannot serve.
+func (l *leadership) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var p corev1.Pod
+	switch err := l.src.cache.Get(ctx, req.NamespacedName, &p); {
+	case apierrors.IsNotFound(err):
+		l.releaseIfHolderCannotServe(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}, true)
+	case err != nil:
+		return reconcile.Result{}, err
+	default:
+		l.releaseIfHolderCannotServe(ctx, &p, false)
+	}
+	return reconcile.Result{}, nil
 }
 
 // releaseIfHolderCannotServe deletes the instance's Lease when obj is the
@@ -351,7 +401,7 @@ func releaseLeaseOf(ctx context.Context, kube kubernetes.Interface, opts Options
 	return true
 }
 
-func adminHandler(reg *prometheus.Registry, dp *Router, src *sources, pod string, draining <-chan struct{}) http.Handler {
+func adminHandler(reg *prometheus.Registry, router *Router, src *sources, pod string, draining <-chan struct{}) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -370,7 +420,7 @@ func adminHandler(reg *prometheus.Registry, dp *Router, src *sources, pod string
 	})
 	mux.HandleFunc("GET "+RoutingPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(Served{Pod: pod, Routes: dp.Served()})
+		json.NewEncoder(w).Encode(Served{Pod: pod, Routes: router.Served()})
 	})
 	return mux
 }
@@ -379,4 +429,50 @@ func newLogger(o Options) logr.Logger {
 	log := logging.New(os.Stderr, "ebb-activator", o.Log)
 	logroute.All(log, o.Log.Debug())
 	return log
+}
+
+// newManager returns the controller-runtime manager whose cache and
+// controllers every loop of the activator runs in: AppRoutes of the
+// instance's group, Services, EndpointSlices and Deployments, and only this
+// instance's activator pods. The manager serves no metrics or probes of its
+// own (the admin port does) and elects no leader (leadership does).
+func newManager(cfg *rest.Config, opts Options, names groupsuffix.Names, log logr.Logger) (ctrl.Manager, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := routingv1alpha1.AddToScheme(scheme, names.Group()); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	sel, err := labels.Parse(opts.ActivatorSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--activator-selector: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: crcache.Options{
+			SyncPeriod: ptr.To(10 * time.Minute),
+			ByObject: map[client.Object]crcache.ByObject{
+				&corev1.Pod{}: {Namespaces: map[string]crcache.Config{opts.PodNamespace: {}}, Label: sel},
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controller manager: %w", err)
+	}
+	ctx := context.Background()
+	if err := indexSlicesByService(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("index EndpointSlices: %w", err)
+	}
+	// Informers for every kind a loop reads, so the first cache sync waits
+	// for all of them.
+	for _, obj := range []client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watch %T: %w", obj, err)
+		}
+	}
+	return mgr, nil
 }

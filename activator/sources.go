@@ -7,20 +7,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ebb-dev/ebb/activator/routing"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -36,92 +35,63 @@ const byService = "service"
 
 // sources feeds the Router from the API: the routing table from
 // AppRoutes and Services, each app's endpoints from its Service's
-// EndpointSlices, and the scaler addresses.
+// EndpointSlices, and the scaler addresses. It is the routing-table
+// controller of every replica (see Reconcile); the elected replica's
+// controllers read the same cache through it.
 type sources struct {
-	opts  Options
-	names groupsuffix.Names
-	log   logr.Logger
-	dp    *Router
-	dyn   dynamic.Interface
-	kube  kubernetes.Interface
-
-	factory  informers.SharedInformerFactory
-	routes   cache.SharedIndexInformer
-	services cache.SharedIndexInformer
-	slices   cache.SharedIndexInformer
+	opts   Options
+	names  groupsuffix.Names
+	log    logr.Logger
+	router *Router
+	cache  client.Reader // the manager's cache
+	api    client.Reader // the API server, for the full re-list
 
 	onScalers func([]string)
-	kick      chan struct{}
 	lastList  atomic.Int64 // unix nanos of the last successful full list
+
+	mu       sync.Mutex // one rebuild at a time: the table swap and onScalers are single-writer
+	nextList time.Time
 }
 
-func newSources(opts Options, names groupsuffix.Names, log logr.Logger, kube kubernetes.Interface, dyn dynamic.Interface, factory informers.SharedInformerFactory, routes cache.SharedIndexInformer, dp *Router) (*sources, error) {
-	s := &sources{opts: opts, names: names, log: log, dp: dp, dyn: dyn, kube: kube, factory: factory, routes: routes, kick: make(chan struct{}, 1)}
-	s.services = factory.Core().V1().Services().Informer()
-	s.slices = factory.Discovery().V1().EndpointSlices().Informer()
-	if err := s.slices.AddIndexers(cache.Indexers{byService: func(obj any) ([]string, error) {
-		sl, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok || sl.Labels[discoveryv1.LabelServiceName] == "" {
-			return nil, nil
+// indexSlicesByService lets the cache list a Service's EndpointSlices.
+func indexSlicesByService(ctx context.Context, mgr ctrl.Manager) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, byService, func(o client.Object) []string {
+		if svc := o.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
+			return []string{o.GetNamespace() + "/" + svc}
 		}
-		return []string{sl.Namespace + "/" + sl.Labels[discoveryv1.LabelServiceName]}, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("index EndpointSlices: %w", err)
-	}
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.trigger() },
-		UpdateFunc: func(any, any) { s.trigger() },
-		DeleteFunc: func(any) { s.trigger() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{s.routes, s.services, s.slices} {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return nil, fmt.Errorf("watch: %w", err)
-		}
-	}
-	return s, nil
+		return nil
+	})
 }
 
-func (s *sources) trigger() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
+// Reconcile rebuilds the whole table, whatever changed: from the cache on
+// every change, and from a full re-list of AppRoutes from the API server
+// every Resync, so that a broken watch converges within one period.
+func (s *sources) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); !now.Before(s.nextList) {
+		s.nextList = now.Add(s.opts.Resync)
+		s.relist(ctx)
+	} else {
+		s.rebuild(ctx, s.cachedRoutes(ctx))
 	}
-}
-
-// run rebuilds on every change (coalesced) and re-lists AppRoutes from the
-// API server every Resync, so a broken watch converges within one period.
-func (s *sources) run(ctx context.Context) {
-	resync := time.NewTicker(s.opts.Resync)
-	defer resync.Stop()
-	s.relist(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.kick:
-			s.rebuild(s.cachedRoutes())
-		case <-resync.C:
-			s.relist(ctx)
-		}
-	}
+	return reconcile.Result{RequeueAfter: time.Until(s.nextList)}, nil
 }
 
 func (s *sources) relist(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	list, err := s.dyn.Resource(routingv1alpha1.GroupVersionResource(s.names.Group())).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	var list routingv1alpha1.AppRouteList
+	if err := s.api.List(ctx, &list); err != nil {
 		s.log.Error(err, "full re-list of AppRoutes failed; serving the watched table")
 		return
 	}
-	routes := make([]*routingv1alpha1.AppRoute, 0, len(list.Items))
+	routes := make([]*routingv1alpha1.AppRoute, len(list.Items))
 	for i := range list.Items {
-		if r, err := toAppRoute(&list.Items[i]); err == nil {
-			routes = append(routes, r)
-		}
+		routes[i] = &list.Items[i]
 	}
 	s.lastList.Store(time.Now().UnixNano())
-	s.rebuild(routes)
+	s.rebuild(ctx, routes)
 }
 
 // synced reports whether the table is fresh: a full list succeeded within
@@ -131,38 +101,52 @@ func (s *sources) synced() bool {
 	return last != 0 && time.Since(time.Unix(0, last)) < 3*s.opts.Resync
 }
 
-func (s *sources) cachedRoutes() []*routingv1alpha1.AppRoute {
-	objs := s.routes.GetStore().List()
-	out := make([]*routingv1alpha1.AppRoute, 0, len(objs))
-	for _, o := range objs {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		if r, err := toAppRoute(u); err == nil {
-			out = append(out, r)
-		} else {
-			s.log.V(1).Info("skipping an AppRoute that does not decode", "namespace", u.GetNamespace(), "name", u.GetName(), "error", err.Error())
-		}
+// cachedRoutes lists the AppRoutes in the cache. They are the cache's own
+// objects: read them, never change them.
+func (s *sources) cachedRoutes(ctx context.Context) []*routingv1alpha1.AppRoute {
+	var list routingv1alpha1.AppRouteList
+	if err := s.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		s.log.Error(err, "list AppRoutes from the cache")
+		return nil
+	}
+	out := make([]*routingv1alpha1.AppRoute, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
 	}
 	return out
 }
 
-func toAppRoute(u *unstructured.Unstructured) (*routingv1alpha1.AppRoute, error) {
-	r := &routingv1alpha1.AppRoute{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, r); err != nil {
-		return nil, fmt.Errorf("decode AppRoute %s/%s: %w", u.GetNamespace(), u.GetName(), err)
-	}
-	return r, nil
-}
-
-func (s *sources) service(ns, name string) *corev1.Service {
-	o, ok, _ := s.services.GetStore().GetByKey(ns + "/" + name)
-	if !ok {
+func (s *sources) service(ctx context.Context, ns, name string) *corev1.Service {
+	var svc corev1.Service
+	if err := s.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
 		return nil
 	}
-	svc, _ := o.(*corev1.Service)
-	return svc
+	return &svc
+}
+
+// slicesOf lists the EndpointSlices of the Service ns/name in the cache (its
+// own objects: read only).
+func (s *sources) slicesOf(ctx context.Context, ns, name string) []discoveryv1.EndpointSlice {
+	var list discoveryv1.EndpointSliceList
+	if err := s.cache.List(ctx, &list, client.MatchingFields{byService: ns + "/" + name}, client.UnsafeDisableDeepCopy); err != nil {
+		s.log.Error(err, "list EndpointSlices from the cache", "service", ns+"/"+name)
+		return nil
+	}
+	return list.Items
+}
+
+// activatorPods lists this instance's activator pods (the cache holds only
+// those): read only.
+func (s *sources) activatorPods(ctx context.Context) ([]corev1.Pod, error) {
+	sel, err := labels.Parse(s.opts.ActivatorSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--activator-selector: %w", err)
+	}
+	var list corev1.PodList
+	if err := s.cache.List(ctx, &list, client.InNamespace(s.opts.PodNamespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list activator pods: %w", err)
+	}
+	return list.Items, nil
 }
 
 // routePorts are the Service ports that carry an AppRoute's traffic: the one
@@ -186,7 +170,7 @@ func isHandoff(sl *discoveryv1.EndpointSlice) bool {
 	return strings.HasPrefix(sl.Labels[discoveryv1.LabelManagedBy], "activator.")
 }
 
-func (s *sources) rebuild(routes []*routingv1alpha1.AppRoute) {
+func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRoute) {
 	table := make([]routing.Route[AppConfig], 0, len(routes))
 	type appEps struct {
 		key routing.Key
@@ -204,9 +188,9 @@ func (s *sources) rebuild(routes []*routingv1alpha1.AppRoute) {
 			rt.Value.ColdStartTimeout = r.Spec.ColdStartTimeout.Duration
 		}
 		var eps []Endpoint
-		if svc := s.service(r.Namespace, r.Spec.Service.Name); svc != nil && r.Spec.Service.Name != "" {
+		if svc := s.service(ctx, r.Namespace, r.Spec.Service.Name); svc != nil && r.Spec.Service.Name != "" {
 			rt.ClusterIPs = svc.Spec.ClusterIPs
-			eps = s.endpoints(svc, routePorts(svc, r.Spec.Service.Port))
+			eps = s.endpoints(ctx, svc, routePorts(svc, r.Spec.Service.Port))
 		}
 		table = append(table, rt)
 		endpoints = append(endpoints, appEps{key, eps})
@@ -214,26 +198,26 @@ func (s *sources) rebuild(routes []*routingv1alpha1.AppRoute) {
 	// Endpoints first, so a new route never answers from an empty set it
 	// already has endpoints for.
 	for _, e := range endpoints {
-		s.dp.SetEndpoints(e.key, e.eps)
+		s.router.SetEndpoints(e.key, e.eps)
 	}
-	s.dp.SetRoutes(table)
+	s.router.SetRoutes(table)
 	if s.onScalers != nil && s.opts.ScalerService != "" {
-		s.onScalers(s.scalerAddresses())
+		s.onScalers(s.scalerAddresses(ctx))
 	}
 }
 
 // endpoints lists the app endpoints of svc behind the first of ports (the
 // sidecar's data port), leaving out every activator's hand-off slices.
-func (s *sources) endpoints(svc *corev1.Service, ports []corev1.ServicePort) []Endpoint {
+func (s *sources) endpoints(ctx context.Context, svc *corev1.Service, ports []corev1.ServicePort) []Endpoint {
 	if len(ports) == 0 {
 		return nil
 	}
-	objs, _ := s.slices.GetIndexer().ByIndex(byService, svc.Namespace+"/"+svc.Name)
 	var out []Endpoint
 	seen := map[string]bool{}
-	for _, o := range objs {
-		sl, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok || isHandoff(sl) || sl.AddressType == discoveryv1.AddressTypeFQDN {
+	sls := s.slicesOf(ctx, svc.Namespace, svc.Name)
+	for i := range sls {
+		sl := &sls[i]
+		if isHandoff(sl) || sl.AddressType == discoveryv1.AddressTypeFQDN {
 			continue
 		}
 		port := int32(0)
@@ -270,13 +254,11 @@ func (s *sources) endpoints(svc *corev1.Service, ports []corev1.ServicePort) []E
 }
 
 // scalerAddresses are the ready endpoints of --scaler-service.
-func (s *sources) scalerAddresses() []string {
+func (s *sources) scalerAddresses(ctx context.Context) []string {
 	ns, name, port, _ := parseServiceRef(s.opts.ScalerService)
-	objs, _ := s.slices.GetIndexer().ByIndex(byService, ns+"/"+name)
 	var out []string
-	for _, o := range objs {
-		sl, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok || isHandoff(sl) {
+	for _, sl := range s.slicesOf(ctx, ns, name) {
+		if isHandoff(&sl) {
 			continue
 		}
 		for _, p := range sl.Ports {
