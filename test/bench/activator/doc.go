@@ -10,7 +10,7 @@
 //     (the scaler's side of internal/holdpush), p99 ≤ 20 ms.
 //
 // The activator runs as its own process (this program re-executed in child
-// mode): the real DataPlane of package activator, with its routing table and
+// mode): the real Router of package activator, with its routing table and
 // endpoints set from a file instead of informers, so its RSS excludes the
 // client-go caches of a cluster deployment.
 //
