@@ -52,7 +52,7 @@ type Options struct {
 	// HandoffPort is the activator port hand-off slices publish; default the
 	// port of Listen.
 	HandoffPort    int
-	LeaderElection bool
+	LeaderElect    bool
 	Log            logging.Options
 	// PodName, PodNamespace, PodIP come from the downward API.
 	PodName, PodNamespace, PodIP string
@@ -73,7 +73,7 @@ func DefaultOptions() Options {
 		DrainTimeout:      30 * time.Second,
 		SidecarAdminPort:  stats.DefaultAdminPort,
 		ActivatorSelector: DefaultSelector,
-		LeaderElection:    true,
+		LeaderElect:       true,
 		Log:               logging.DefaultOptions(),
 		PodName:           host,
 		PodNamespace:      "default",
@@ -113,7 +113,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.ScalerService, "scaler-service", "namespace/name:port of the scaler Service, whose ready endpoints get the pushes")
 	s.String(&o.ActivatorSelector, "activator-selector", "label selector of this instance's activator pods in the pod's namespace")
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
-	s.Bool(&o.LeaderElection, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
+	s.Bool(&o.LeaderElect, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
 	o.Log.Bind(s)
 	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }

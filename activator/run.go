@@ -130,7 +130,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("routing-table controller: %w", err)
 	}
 	var l *leadership
-	if opts.LeaderElection {
+	if opts.LeaderElect {
 		l = &leadership{kube: kube, opts: opts, names: names, log: log, src: src, retry: make(chan struct{}, 1)}
 		if err := ctrl.NewControllerManagedBy(mgr).Named("activator-lease").For(&corev1.Pod{}).
 			WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(l); err != nil {

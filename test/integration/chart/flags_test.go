@@ -52,8 +52,8 @@ func TestArgsParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ebb-activator refuses the chart's args: %v", err)
 			}
-			if o.Log != wantLog || !o.LeaderElection {
-				t.Errorf("activator logs %+v (want %+v), leader election %v", o.Log, wantLog, o.LeaderElection)
+			if o.Log != wantLog || !o.LeaderElect {
+				t.Errorf("activator logs %+v (want %+v), leader election %v", o.Log, wantLog, o.LeaderElect)
 			}
 			if o.APIGroupSuffix != suffix || o.ScalerService != r.namespace+"/"+prefix+"-scaler:grpc" {
 				t.Errorf("activator suffix %q, scaler service %q", o.APIGroupSuffix, o.ScalerService)
