@@ -51,9 +51,9 @@ type Options struct {
 	ActivatorSelector string
 	// HandoffPort is the activator port hand-off slices publish; default the
 	// port of Listen.
-	HandoffPort    int
-	LeaderElect    bool
-	Log            logging.Options
+	HandoffPort int
+	LeaderElect bool
+	Log         logging.Options
 	// PodName, PodNamespace, PodIP come from the downward API.
 	PodName, PodNamespace, PodIP string
 }
