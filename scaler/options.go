@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -129,7 +130,11 @@ func (o Options) Validate() error {
 	if o.TLSClientCAFile != "" && o.TLSCertFile == "" {
 		bad("--tls-client-ca-file needs --tls-cert-file and --tls-key-file: mutual TLS needs server TLS")
 	}
-	for _, f := range [][2]string{{"--tls-cert-file", o.TLSCertFile}, {"--tls-key-file", o.TLSKeyFile}, {"--tls-client-ca-file", o.TLSClientCAFile}, {"--kubeconfig", o.Kubeconfig}} {
+	files := [][2]string{{"--tls-cert-file", o.TLSCertFile}, {"--tls-key-file", o.TLSKeyFile}, {"--tls-client-ca-file", o.TLSClientCAFile}}
+	if len(filepath.SplitList(o.Kubeconfig)) == 1 { // a KUBECONFIG list may name files that do not exist
+		files = append(files, [2]string{"--kubeconfig", o.Kubeconfig})
+	}
+	for _, f := range files {
 		if f[1] == "" {
 			continue
 		}

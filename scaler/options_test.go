@@ -22,10 +22,11 @@ func TestParseOptions(t *testing.T) {
 		"flags": {[]string{"--api-group-suffix=team1.example.com", "--tick=500ms", "--read-timeout=100ms", "--grpc-addr=127.0.0.1:0"}, nil, func(o *Options) {
 			o.GroupSuffix, o.Tick, o.ReadTimeout, o.GRPCAddr = "team1.example.com", 500*time.Millisecond, 100*time.Millisecond, "127.0.0.1:0"
 		}},
-		"env fallback":  {nil, map[string]string{"EBB_API_GROUP_SUFFIX": "team1.example.com", "EBB_READ_PARALLELISM": "16"}, func(o *Options) { o.GroupSuffix, o.ReadParallelism = "team1.example.com", 16 }},
-		"flag over env": {[]string{"--stale-ticks=5"}, map[string]string{"EBB_STALE_TICKS": "9"}, func(o *Options) { o.StaleTicks = 5 }},
-		"text logs":     {[]string{"--log-format=text", "--log-level=debug"}, nil, func(o *Options) { o.Log.Format, o.Log.Level = "text", "debug" }},
-		"kubeconfig":    {nil, map[string]string{"KUBECONFIG": "options_test.go"}, func(o *Options) { o.Kubeconfig = "options_test.go" }},
+		"env fallback":    {nil, map[string]string{"EBB_API_GROUP_SUFFIX": "team1.example.com", "EBB_READ_PARALLELISM": "16"}, func(o *Options) { o.GroupSuffix, o.ReadParallelism = "team1.example.com", 16 }},
+		"flag over env":   {[]string{"--stale-ticks=5"}, map[string]string{"EBB_STALE_TICKS": "9"}, func(o *Options) { o.StaleTicks = 5 }},
+		"text logs":       {[]string{"--log-format=text", "--log-level=debug"}, nil, func(o *Options) { o.Log.Format, o.Log.Level = "text", "debug" }},
+		"kubeconfig":      {nil, map[string]string{"KUBECONFIG": "options_test.go"}, func(o *Options) { o.Kubeconfig = "options_test.go" }},
+		"kubeconfig list": {nil, map[string]string{"KUBECONFIG": "options_test.go:absent"}, func(o *Options) { o.Kubeconfig = "options_test.go:absent" }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseOptions(tc.args, func(k string) string { return tc.env[k] })
