@@ -82,7 +82,7 @@ func (s *Set) Pod(name, namespace, ip *string) {
 
 // Env makes the flag called name fall back to the variable env instead of
 // EnvName(name). Only for names users already know (KUBECONFIG) and the
-// downward API's (POD_NAMESPACE).
+// downward API's (POD_NAME, POD_NAMESPACE, POD_IP).
 func (s *Set) Env(name, env string) { s.env[name] = env }
 
 func (s *Set) envName(name string) string {
@@ -97,10 +97,8 @@ func (s *Set) envName(name string) string {
 // result. It returns every problem at once, joined, or an error wrapping
 // flag.ErrHelp when args ask for help (write Usage and exit 0).
 func (s *Set) Parse(args []string, validate func() error) error {
-	if err := s.fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		return err
-	} else if err != nil {
-		return err // the flag package names the flag
+	if err := s.fs.Parse(args); err != nil {
+		return err // flag.ErrHelp for -h; otherwise the flag package names the flag
 	}
 	var problems []error
 	if s.fs.NArg() > 0 {
