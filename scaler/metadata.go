@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ebb-dev/ebb/internal/suggest"
 )
 
 // ScaledObject trigger metadata keys.
@@ -97,10 +100,13 @@ func parseParams(ref *externalscaler.ScaledObjectRef, tick, maxWindow time.Durat
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		for _, want := range known {
-			if k != want && strings.EqualFold(k, want) {
-				bad("metadata %q is not a key ebb reads: did you mean %q?", k, want)
-			}
+		if slices.Contains(known, k) {
+			continue
+		}
+		// Other keys are KEDA's (scalerAddress, TLS files) or another
+		// scaler's: only a near miss of one of ebb's is refused.
+		if want := suggest.Nearest(k, known); want != "" {
+			bad("metadata %q is not a key ebb reads: did you mean %q?", k, want)
 		}
 	}
 	if p.app.Namespace == "" {

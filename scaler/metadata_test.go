@@ -22,6 +22,8 @@ func TestParseParams(t *testing.T) {
 		"activation":        {map[string]string{"app": "hello", "targetConcurrency": "10", "activationConcurrency": "2"}, params{app: hello, kind: kindConcurrency, target: 10, window: time.Minute, activation: 2}},
 		"window at max":     {map[string]string{"app": "hello", "targetRate": "1", "rateWindow": "10m"}, params{app: hello, kind: kindRate, target: 1, window: 10 * time.Minute}},
 		"window at tick":    {map[string]string{"app": "hello", "targetRate": "1", "rateWindow": "1s"}, params{app: hello, kind: kindRate, target: 1, window: time.Second}},
+		"KEDA's keys": {map[string]string{"app": "hello", "targetConcurrency": "1", "scalerAddress": "s:9090", "caCert": "x", "tlsClientCert": "x", "tlsClientKey": "x", "unsafeSsl": "false", "enableTLS": "true"},
+			params{app: hello, kind: kindConcurrency, target: 1, window: time.Minute}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := parseParams(ref(tc.md), time.Second, 10*time.Minute)
@@ -55,6 +57,8 @@ var badMetadata = map[string]struct {
 	"window too short": {map[string]string{"app": "hello", "targetRate": "1", "rateWindow": "100ms"}, `metadata "rateWindow" is 100ms: set it between the scaler's tick (1s)`},
 	"activation bad":   {map[string]string{"app": "hello", "targetRate": "1", "activationConcurrency": "-1"}, `metadata "activationConcurrency" is "-1": set it to a number of requests, 0 or more`},
 	"miscased key":     {map[string]string{"app": "hello", "targetconcurrency": "1"}, `metadata "targetconcurrency" is not a key ebb reads: did you mean "targetConcurrency"?`},
+	"misspelled key":   {map[string]string{"app": "hello", "targetConcurrency": "1", "activationConcurency": "5"}, `metadata "activationConcurency" is not a key ebb reads: did you mean "activationConcurrency"?`},
+	"misspelled app":   {map[string]string{"ap": "hello", "targetConcurrency": "1"}, `metadata "ap" is not a key ebb reads: did you mean "app"?`},
 }
 
 func TestParseParamsRejects(t *testing.T) {

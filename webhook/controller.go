@@ -281,6 +281,12 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, err
 	}
 	if !dec.routes {
+		if _, labelled := d.Spec.Template.Labels[names.AppLabel()]; labelled && len(injectors(ns.Labels, d.Spec.Template.Labels)) == 0 {
+			// No instance selects these pods: the app runs without a sidecar.
+			r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "NamespaceNotOptedIn", "SyncAppRoute",
+				"the pod template is labelled %s but namespace %s is not labelled %s=%s: ebb injects no sidecar and routes nothing; label the namespace, then restart the pods",
+				names.AppLabel(), d.Namespace, names.InjectLabel(), groupsuffix.InjectEnabled)
+		}
 		return reconcile.Result{RequeueAfter: dec.recheck}, r.deleteRoutes(ctx, owned, dec.why)
 	}
 	done := reconcile.Result{RequeueAfter: dec.recheck}
@@ -307,6 +313,9 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return done, nil
 	}
 
+	if unknown := inject.UnknownKeys(&d.Spec.Template.ObjectMeta, names); len(unknown) > 0 {
+		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "UnknownKeys", "SyncAppRoute", "%s", strings.Join(unknown, "; "))
+	}
 	want, appCfg, svc, err := r.routes.desired(ctx, &d)
 	var refusal *inject.RefusalError
 	if errors.As(err, &refusal) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -324,6 +326,54 @@ func TestRefusesBadAnnotation(t *testing.T) {
 			t.Errorf("refusal %q\nlacks %q", err.Error(), want)
 		}
 	}
+}
+
+// TestUnknownKeysAndUnselectedAppsAreReported: a misspelled key is no
+// longer ignored silently (an admission warning for a pod, a Warning event
+// on a Deployment, each naming the key meant), nor is an app labelled in a
+// namespace that no instance injects (a Warning event on its Deployment).
+func TestUnknownKeysAndUnselectedAppsAreReported(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c, warned := newClient(t)
+	makeNamespace(t, c, "typo", map[string]string{"ebb.dev/inject": "enabled"})
+	makeNamespace(t, c, "not-opted-in", nil)
+	typo := appTemplate(map[string]string{"ebb.dev/app": "typo"}, map[string]string{"ebb.dev/hsots": "typo.example.com"})
+
+	if _, err := createPod(ctx, c, "typo", "typo-pod", typo); err != nil {
+		t.Fatal(err)
+	}
+	want := `annotation "ebb.dev/hsots" is not a key ebb reads: did you mean "ebb.dev/hosts"?`
+	if w := warned.take(); !slices.Contains(w, want) {
+		t.Errorf("admission warnings %q, want %q", w, want)
+	}
+
+	deploymentChain(t, c, "typo", "typo", typo, 0)
+	testwait.Check(t, 10*time.Second, func() error { return wantEvent(ctx, c, "typo", "typo", "UnknownKeys", want) })
+
+	deploymentChain(t, c, "not-opted-in", "lonely", appTemplate(map[string]string{"ebb.dev/app": "lonely"}, nil), 0)
+	testwait.Check(t, 10*time.Second, func() error {
+		return wantEvent(ctx, c, "not-opted-in", "lonely", "NamespaceNotOptedIn", "namespace not-opted-in is not labelled ebb.dev/inject=enabled")
+	})
+}
+
+// wantEvent finds a Warning event with reason about the Deployment ns/name
+// whose note contains note.
+func wantEvent(ctx context.Context, c client.Client, ns, name, reason, note string) error {
+	var list eventsv1.EventList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	var seen []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Deployment" && e.Regarding.Name == name {
+			seen = append(seen, e.Reason+": "+e.Note)
+			if e.Type == corev1.EventTypeWarning && e.Reason == reason && strings.Contains(e.Note, note) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no Warning event %s with %q on Deployment %s/%s; its events: %q", reason, note, ns, name, seen)
 }
 
 // TestRegistersAppRoute follows one app: the controller routes its

@@ -101,7 +101,7 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var warnings []string
+	warnings := UnknownKeys(&out.ObjectMeta, cfg.Names)
 
 	dataPortName := app.PortName
 	if dataPortName == "" {
