@@ -26,9 +26,10 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 )
 
-// PlaceholderAnnotation (<suffix>/placeholder: "true" on an AppRoute) turns
-// on the placeholder page for browsers during a cold start. The AppRoute has
-// no spec field for it yet.
+// PlaceholderAnnotation (<suffix>/placeholder: "true" on an AppRoute, which
+// the webhook copies from the pod template) turns on the placeholder page
+// for browsers during a cold start. The AppRoute has no spec field for it
+// yet.
 const PlaceholderAnnotation = "placeholder"
 
 const byService = "service"

@@ -351,6 +351,39 @@ func TestUnknownKeysAndUnselectedAppsAreReported(t *testing.T) {
 	deploymentChain(t, c, "typo", "typo", typo, 0)
 	testwait.Check(t, 10*time.Second, func() error { return wantEvent(ctx, c, "typo", "typo", "UnknownKeys", want) })
 
+	// The placeholder key, like every other, is set on the pod template and
+	// reaches the AppRoute.
+	placeholder := appTemplate(map[string]string{"ebb.dev/app": "waiting"}, map[string]string{"ebb.dev/placeholder": "true"})
+	deploymentChain(t, c, "typo", "waiting", placeholder, 0)
+	testwait.Check(t, 10*time.Second, func() error {
+		r, err := getRoute(ctx, c, ebbNames, "typo", "waiting")
+		if err != nil {
+			return err
+		}
+		if r.Annotations["ebb.dev/placeholder"] != "true" {
+			return fmt.Errorf("AppRoute annotations %v, want ebb.dev/placeholder=true from the template", r.Annotations)
+		}
+		return nil
+	})
+	var waiting appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "typo", Name: "waiting"}, &waiting); err != nil {
+		t.Fatal(err)
+	}
+	delete(waiting.Spec.Template.Annotations, "ebb.dev/placeholder")
+	if err := c.Update(ctx, &waiting); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Check(t, 10*time.Second, func() error {
+		r, err := getRoute(ctx, c, ebbNames, "typo", "waiting")
+		if err != nil {
+			return err
+		}
+		if _, ok := r.Annotations["ebb.dev/placeholder"]; ok {
+			return fmt.Errorf("AppRoute annotations %v after the template dropped ebb.dev/placeholder", r.Annotations)
+		}
+		return nil
+	})
+
 	deploymentChain(t, c, "not-opted-in", "lonely", appTemplate(map[string]string{"ebb.dev/app": "lonely"}, nil), 0)
 	testwait.Check(t, 10*time.Second, func() error {
 		return wantEvent(ctx, c, "not-opted-in", "lonely", "NamespaceNotOptedIn", "namespace not-opted-in is not labelled ebb.dev/inject=enabled")

@@ -104,6 +104,11 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 	if app.ColdStartTimeout > 0 {
 		route.Spec.ColdStartTimeout = &metav1.Duration{Duration: app.ColdStartTimeout}
 	}
+	if app.Placeholder {
+		// The AppRoute has no spec field for it (yet): the activator reads
+		// this annotation.
+		route.Annotations = map[string]string{r.names.Key(inject.AnnotationPlaceholder): "true"}
+	}
 	if svc != nil {
 		route.Spec.Service = routingv1alpha1.ServiceReference{Name: svc.Name, Port: port}
 	}
@@ -199,7 +204,7 @@ func (r *routes) apply(ctx context.Context, want *routingv1alpha1.AppRoute) (str
 	var have routingv1alpha1.AppRoute
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(want), &have, client.UnsafeDisableDeepCopy) // read only
 	switch {
-	case err == nil && upToDate(&have, want):
+	case err == nil && upToDate(&have, want) && have.Annotations[r.names.Key(inject.AnnotationPlaceholder)] == want.Annotations[r.names.Key(inject.AnnotationPlaceholder)]:
 		routeApplies.WithLabelValues("unchanged").Inc()
 		return "", nil
 	case err != nil && !apierrors.IsNotFound(err):
@@ -215,7 +220,7 @@ func (r *routes) apply(ctx context.Context, want *routingv1alpha1.AppRoute) (str
 		"kind":       want.Kind,
 		"metadata": map[string]any{
 			"name": want.Name, "namespace": want.Namespace,
-			"labels": want.Labels, "ownerReferences": want.OwnerReferences,
+			"labels": want.Labels, "annotations": want.Annotations, "ownerReferences": want.OwnerReferences,
 		},
 		"spec": want.Spec,
 	})
@@ -237,6 +242,11 @@ func upToDate(have, want *routingv1alpha1.AppRoute) bool {
 	}
 	for k, v := range want.Labels {
 		if have.Labels[k] != v {
+			return false
+		}
+	}
+	for k, v := range want.Annotations {
+		if have.Annotations[k] != v {
 			return false
 		}
 	}

@@ -23,6 +23,9 @@ const (
 	// AnnotationResponseHeaderTimeout bounds the sidecar's wait for the
 	// app's response head.
 	AnnotationResponseHeaderTimeout = "response-header-timeout"
+	// AnnotationPlaceholder "true" shows browsers a waiting page during a
+	// cold start (the activator reads it from the AppRoute).
+	AnnotationPlaceholder = "placeholder"
 )
 
 // Limits on annotation values.
@@ -63,6 +66,8 @@ type App struct {
 	// ResponseHeaderTimeout is the <suffix>/response-header-timeout
 	// annotation, 0 when unset (the sidecar's default); "0s" is refused.
 	ResponseHeaderTimeout time.Duration
+	// Placeholder is the <suffix>/placeholder annotation.
+	Placeholder bool
 }
 
 // Problem is one thing wrong with a pod's ebb label or annotations.
@@ -182,6 +187,15 @@ func ParseApp(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) (App, e
 			d = 0
 		}
 		app.ResponseHeaderTimeout = d
+	}
+	if v, ok := ann(AnnotationPlaceholder); ok {
+		switch v {
+		case "true", "false":
+			app.Placeholder = v == "true"
+		default:
+			bad("annotation", n.Key(AnnotationPlaceholder), v, "not true or false",
+				"set \"true\" to show browsers a waiting page while the app starts from zero")
+		}
 	}
 
 	if spec.HostNetwork {

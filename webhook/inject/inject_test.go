@@ -376,9 +376,11 @@ func TestInjectRefuses(t *testing.T) {
 			p.Annotations["ebb.dev/drain-timeout"] = "1h"
 			p.Annotations["ebb.dev/response-header-timeout"] = "0s"
 			p.Annotations["ebb.dev/service"] = "Web_Svc"
+			p.Annotations["ebb.dev/placeholder"] = "yes"
 		}),
 		want: []string{`label ebb.dev/app="Hello"`, `annotation ebb.dev/paths="api"`, `annotation ebb.dev/queue-size="-1"`,
-			`annotation ebb.dev/cold-start-timeout="forever"`, `annotation ebb.dev/drain-timeout="1h"`, `annotation ebb.dev/response-header-timeout="0s"`, `annotation ebb.dev/service="Web_Svc"`},
+			`annotation ebb.dev/cold-start-timeout="forever"`, `annotation ebb.dev/drain-timeout="1h"`, `annotation ebb.dev/response-header-timeout="0s"`, `annotation ebb.dev/service="Web_Svc"`,
+			`annotation ebb.dev/placeholder="yes": not true or false`},
 	}, {
 		name: "host network",
 		pod:  appPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
@@ -407,13 +409,14 @@ func TestParseApp(t *testing.T) {
 		p.Annotations["ebb.dev/queue-size"] = "500"
 		p.Annotations["ebb.dev/cold-start-timeout"] = "90s"
 		p.Annotations["ebb.dev/service"] = "hello"
+		p.Annotations["ebb.dev/placeholder"] = "true"
 	})
 	got, err := ParseApp(&p.ObjectMeta, &p.Spec, testCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := App{Name: "hello", Hosts: []string{"hello.example.com", "*.hello.example.com"}, PathPrefixes: []string{"/api", "/static"},
-		Container: "app", Port: 8080, PortName: "http", Service: "hello", QueueSize: 500, ColdStartTimeout: 90 * time.Second}
+		Container: "app", Port: 8080, PortName: "http", Service: "hello", QueueSize: 500, ColdStartTimeout: 90 * time.Second, Placeholder: true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseApp (-want +got):\n%s", diff)
 	}

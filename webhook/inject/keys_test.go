@@ -19,8 +19,9 @@ func TestUnknownKeys(t *testing.T) {
 			labels: map[string]string{"team1.example.com/app": "a", "app.kubernetes.io/name": "a"},
 			annotations: map[string]string{"team1.example.com/hosts": "", "team1.example.com/paths": "", "team1.example.com/port": "",
 				"team1.example.com/service": "", "team1.example.com/queue-size": "", "team1.example.com/cold-start-timeout": "",
-				"team1.example.com/drain-timeout": "", "team1.example.com/response-header-timeout": "", "team1.example.com/sidecar": "",
-				"ebb.dev/hsots": "another instance's keys are its own business"},
+				"team1.example.com/drain-timeout": "", "team1.example.com/response-header-timeout": "", "team1.example.com/placeholder": "",
+				"team1.example.com/sidecar": "",
+				"ebb.dev/hsots":             "another instance's keys are its own business"},
 		},
 		"typos": {
 			labels:      map[string]string{"team1.example.com/ap": "a"},
@@ -40,10 +41,10 @@ func TestUnknownKeys(t *testing.T) {
 			},
 		},
 		"nothing near": {
-			annotations: map[string]string{"team1.example.com/placeholder": "true"},
-			want: []string{`annotation "team1.example.com/placeholder" is not a key ebb reads (annotations it reads: team1.example.com/hosts, team1.example.com/paths, ` +
+			annotations: map[string]string{"team1.example.com/min-replicas": "1"},
+			want: []string{`annotation "team1.example.com/min-replicas" is not a key ebb reads (annotations it reads: team1.example.com/hosts, team1.example.com/paths, ` +
 				`team1.example.com/port, team1.example.com/service, team1.example.com/queue-size, team1.example.com/cold-start-timeout, ` +
-				`team1.example.com/drain-timeout, team1.example.com/response-header-timeout, team1.example.com/sidecar)`},
+				`team1.example.com/drain-timeout, team1.example.com/response-header-timeout, team1.example.com/placeholder, team1.example.com/sidecar)`},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
