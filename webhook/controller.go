@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ebb-dev/ebb/activator/routing"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/webhook/inject"
@@ -109,7 +111,7 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 			if !ok {
 				return nil
 			}
-			reqs := r.claimants(ctx, route.Namespace, route.Name, "")
+			reqs := append(r.claimants(ctx, route.Namespace, route.Name, ""), r.sharingHosts(ctx, route)...)
 			if route.Spec.ScaleTargetRef.Name != "" {
 				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: route.Namespace, Name: route.Spec.ScaleTargetRef.Name}})
 			}
@@ -159,6 +161,63 @@ func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string)
 		}
 	}
 	return reqs
+}
+
+// sharingHosts are the Deployments of the other AppRoutes, in any
+// namespace, that claim one of route's hosts: route's change may decide
+// which of them serves it.
+func (r *routeReconciler) sharingHosts(ctx context.Context, route *routingv1alpha1.AppRoute) []reconcile.Request {
+	if len(route.Spec.Hosts) == 0 {
+		return nil
+	}
+	var list routingv1alpha1.AppRouteList
+	if err := r.routes.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		r.log.Error(err, "list AppRoutes")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		o := &list.Items[i]
+		if (o.Namespace == route.Namespace && o.Name == route.Name) || o.Spec.ScaleTargetRef.Name == "" {
+			continue
+		}
+		if slices.ContainsFunc(o.Spec.Hosts, func(h string) bool { return slices.Contains(route.Spec.Hosts, h) }) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Spec.ScaleTargetRef.Name}})
+		}
+	}
+	return reqs
+}
+
+// conflicted is the Conflicted condition of route: the hosts and paths it
+// claims that an older AppRoute of the instance serves instead, by the
+// activators' own rule (package routing).
+func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1.AppRoute) (metav1.Condition, error) {
+	cond := metav1.Condition{Type: routingv1alpha1.ConditionConflicted, ObservedGeneration: route.Generation,
+		Status: metav1.ConditionFalse, Reason: "NoConflict", Message: "this route serves every host and path it claims"}
+	if len(route.Spec.Hosts) == 0 {
+		return cond, nil
+	}
+	var list routingv1alpha1.AppRouteList
+	if err := r.routes.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return cond, fmt.Errorf("list AppRoutes: %w", err)
+	}
+	rs := make([]routing.Route[struct{}], len(list.Items))
+	for i, o := range list.Items {
+		rs[i] = routing.Route[struct{}]{Key: routing.Key{Namespace: o.Namespace, Name: o.Name}, Created: o.CreationTimestamp.Time,
+			Hosts: o.Spec.Hosts, PathPrefixes: o.Spec.PathPrefixes}
+	}
+	me := routing.Key{Namespace: route.Namespace, Name: route.Name}
+	var lost []string
+	for _, c := range routing.Build(rs).Conflicts {
+		if c.Loser == me {
+			lost = append(lost, fmt.Sprintf("host %s path %s (AppRoute %s/%s)", c.Host, c.Prefix, c.Winner.Namespace, c.Winner.Name))
+		}
+	}
+	if len(lost) > 0 {
+		cond.Status, cond.Reason = metav1.ConditionTrue, "ClaimedByOlderRoute"
+		cond.Message = "served by an older AppRoute, not this one: " + strings.Join(lost, ", ") + "; give each app hosts or paths of its own"
+	}
+	return cond, nil
 }
 
 // routesInNamespace maps an object to the Deployments of the AppRoutes in
@@ -425,8 +484,13 @@ func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.App
 	} else {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, reachable.Reason, reachable.Message
 	}
+	conflicted, err := r.conflicted(ctx, route)
+	if err != nil {
+		return nil, err
+	}
 	meta.SetStatusCondition(&st.Conditions, reachable)
 	meta.SetStatusCondition(&st.Conditions, ready)
+	meta.SetStatusCondition(&st.Conditions, conflicted)
 	return st, nil
 }
 
@@ -438,7 +502,7 @@ func (r *routeReconciler) applyStatus(ctx context.Context, route *routingv1alpha
 	}
 	var mine []metav1.Condition
 	for _, c := range st.Conditions {
-		if c.Type == routingv1alpha1.ConditionReady || c.Type == routingv1alpha1.ConditionSidecarReachable {
+		if c.Type == routingv1alpha1.ConditionReady || c.Type == routingv1alpha1.ConditionSidecarReachable || c.Type == routingv1alpha1.ConditionConflicted {
 			mine = append(mine, c)
 		}
 	}

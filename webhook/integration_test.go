@@ -390,6 +390,62 @@ func TestUnknownKeysAndUnselectedAppsAreReported(t *testing.T) {
 	})
 }
 
+// TestConflictedHosts: of two AppRoutes claiming one host, the younger says
+// on its status that the older serves it, and stops saying so once the
+// older is gone.
+func TestConflictedHosts(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c, _ := newClient(t)
+	for _, ns := range []string{"claim-a", "claim-b"} {
+		makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
+	}
+	tmpl := func(app string) corev1.PodTemplateSpec {
+		return appTemplate(map[string]string{"ebb.dev/app": app}, map[string]string{"ebb.dev/hosts": "shared.example.com,own-" + app + ".example.com"})
+	}
+	older, _ := deploymentChain(t, c, "claim-a", "first", tmpl("first"), 0)
+	testwait.Check(t, 10*time.Second, func() error {
+		_, err := getRoute(ctx, c, ebbNames, "claim-a", "first")
+		return err
+	})
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have whole seconds
+	deploymentChain(t, c, "claim-b", "second", tmpl("second"), 0)
+	testwait.Check(t, 10*time.Second, func() error {
+		if err := wantCondition(ctx, c, "claim-a", "first", routingv1alpha1.ConditionConflicted, metav1.ConditionFalse, "NoConflict"); err != nil {
+			return err
+		}
+		r, err := getRoute(ctx, c, ebbNames, "claim-b", "second")
+		if err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionConflicted)
+		if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "host shared.example.com path / (AppRoute claim-a/first)") {
+			return fmt.Errorf("Conflicted of the younger route = %+v", cond)
+		}
+		return nil
+	})
+	if err := c.Delete(ctx, older); err != nil {
+		t.Fatal(err)
+	}
+	route := &unstructured.Unstructured{}
+	route.SetGroupVersionKind(routingv1alpha1.GroupVersion(ebbNames.Group()).WithKind(routingv1alpha1.Kind))
+	route.SetNamespace("claim-a")
+	route.SetName("first")
+	if err := c.Delete(ctx, route); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err) // envtest runs no garbage collector
+	}
+	testwait.Check(t, 10*time.Second, func() error {
+		r, err := getRoute(ctx, c, ebbNames, "claim-b", "second")
+		if err != nil {
+			return err
+		}
+		if cond := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionConflicted); cond == nil || cond.Status != metav1.ConditionFalse {
+			return fmt.Errorf("Conflicted after the older route went = %+v", cond)
+		}
+		return nil
+	})
+}
+
 // wantEvent finds a Warning event with reason about the Deployment ns/name
 // whose note contains note.
 func wantEvent(ctx context.Context, c client.Client, ns, name, reason, note string) error {

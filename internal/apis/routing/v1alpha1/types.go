@@ -15,6 +15,10 @@ const (
 	// ConditionPropagated is set by the activators once their routing table
 	// holds this route.
 	ConditionPropagated = "Propagated"
+	// ConditionConflicted is True when a host and path of the route is
+	// served by an older AppRoute of the instance instead: its message names
+	// them.
+	ConditionConflicted = "Conflicted"
 )
 
 // AppRoute routes hosts to one app: the activator reads it to hold and
@@ -120,7 +124,7 @@ type AppRouteStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, SidecarReachable, Propagated.
+	// Conditions: Ready, SidecarReachable, Conflicted, Propagated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
