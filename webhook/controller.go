@@ -44,6 +44,7 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;update;patch
@@ -216,6 +217,41 @@ func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1
 	if len(lost) > 0 {
 		cond.Status, cond.Reason = metav1.ConditionTrue, "ClaimedByOlderRoute"
 		cond.Message = "served by an older AppRoute, not this one: " + strings.Join(lost, ", ") + "; give each app hosts or paths of its own"
+	}
+	return cond, nil
+}
+
+// podsInjected is the PodsInjected condition of route: whether every live
+// pod of its Deployment runs the sidecar. The pods are read from the API
+// server (the controller caches none), on each reconcile: a pod that starts
+// or stops changes the Service's EndpointSlices, which brings one.
+func (r *routeReconciler) podsInjected(ctx context.Context, route *routingv1alpha1.AppRoute, d *appsv1.Deployment) (metav1.Condition, error) {
+	cond := metav1.Condition{Type: routingv1alpha1.ConditionPodsInjected, ObservedGeneration: route.Generation,
+		Status: metav1.ConditionTrue, Reason: "AllInjected", Message: "every pod of the app runs the ebb sidecar"}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return cond, nil // the API server refuses such Deployments
+	}
+	var pods corev1.PodList
+	if err := r.routes.reader.List(ctx, &pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return cond, fmt.Errorf("list pods of Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	live, without := 0, 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		live++
+		if !inject.HasSidecar(&p.Spec) {
+			without++
+		}
+	}
+	if without > 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, "PodsWithoutSidecar"
+		cond.Message = fmt.Sprintf("%d of %d pods run without the ebb sidecar (they started before the namespace was labelled, or while the webhook was down): "+
+			"ebb cannot count their requests and keeps the app from scaling to zero; restart them: kubectl rollout restart deployment/%s -n %s",
+			without, live, d.Name, d.Namespace)
 	}
 	return cond, nil
 }
@@ -408,7 +444,7 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// Not in the cache yet: the watch on AppRoutes brings us back.
 		return done, client.IgnoreNotFound(err)
 	}
-	st, err := r.status(ctx, &current, appCfg, svc)
+	st, err := r.status(ctx, &current, &d, appCfg, svc)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -445,7 +481,7 @@ func (r *routeReconciler) deleteRoutes(ctx context.Context, routes []routingv1al
 // status computes the controller's part of the status: Ready and
 // SidecarReachable, ready endpoints and whether the activator is in path.
 // Propagated belongs to the activators and is left alone.
-func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.AppRoute, app inject.App, svc *corev1.Service) (*routingv1alpha1.AppRouteStatus, error) {
+func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.AppRoute, d *appsv1.Deployment, app inject.App, svc *corev1.Service) (*routingv1alpha1.AppRouteStatus, error) {
 	st := route.Status.DeepCopy()
 	st.ObservedGeneration = route.Generation
 	st.ReadyEndpoints, st.ActivatorInPath = 0, false
@@ -488,9 +524,14 @@ func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.App
 	if err != nil {
 		return nil, err
 	}
+	injected, err := r.podsInjected(ctx, route, d)
+	if err != nil {
+		return nil, err
+	}
 	meta.SetStatusCondition(&st.Conditions, reachable)
 	meta.SetStatusCondition(&st.Conditions, ready)
 	meta.SetStatusCondition(&st.Conditions, conflicted)
+	meta.SetStatusCondition(&st.Conditions, injected)
 	return st, nil
 }
 
@@ -502,7 +543,8 @@ func (r *routeReconciler) applyStatus(ctx context.Context, route *routingv1alpha
 	}
 	var mine []metav1.Condition
 	for _, c := range st.Conditions {
-		if c.Type == routingv1alpha1.ConditionReady || c.Type == routingv1alpha1.ConditionSidecarReachable || c.Type == routingv1alpha1.ConditionConflicted {
+		switch c.Type {
+		case routingv1alpha1.ConditionReady, routingv1alpha1.ConditionSidecarReachable, routingv1alpha1.ConditionConflicted, routingv1alpha1.ConditionPodsInjected:
 			mine = append(mine, c)
 		}
 	}

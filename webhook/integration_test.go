@@ -446,6 +446,58 @@ func TestConflictedHosts(t *testing.T) {
 	})
 }
 
+// TestPodsWithoutSidecar: pods that started before their namespace was
+// labelled run without the sidecar; the AppRoute says so and how to fix it.
+func TestPodsWithoutSidecar(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c, _ := newClient(t)
+	makeNamespace(t, c, "late", nil)
+	d, podTmpl := deploymentChain(t, c, "late", "early", appTemplate(map[string]string{"ebb.dev/app": "early"}, nil), 1)
+	if _, err := createPod(ctx, c, "late", "early-1", podTmpl); err != nil {
+		t.Fatal(err)
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: "late"}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{"ebb.dev/inject": "enabled"}
+	if err := c.Update(ctx, &ns); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Check(t, 10*time.Second, func() error {
+		r, err := getRoute(ctx, c, ebbNames, "late", "early")
+		if err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionPodsInjected)
+		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "PodsWithoutSidecar" ||
+			!strings.Contains(cond.Message, "1 of 1 pods run without the ebb sidecar") || !strings.Contains(cond.Message, "kubectl rollout restart deployment/early -n late") {
+			return fmt.Errorf("PodsInjected = %+v", cond)
+		}
+		return nil
+	})
+
+	// Restarted: the new pod is injected, the old one gone.
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "late", Name: "early-1"}}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := createPod(ctx, c, "late", "early-2", podTmpl); err != nil {
+		t.Fatal(err)
+	}
+	var cur appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKeyFromObject(d), &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "now"} // envtest has no EndpointSlice to bring the reconcile
+	if err := c.Update(ctx, &cur); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Check(t, 10*time.Second, func() error {
+		return wantCondition(ctx, c, "late", "early", routingv1alpha1.ConditionPodsInjected, metav1.ConditionTrue, "AllInjected")
+	})
+}
+
 // wantEvent finds a Warning event with reason about the Deployment ns/name
 // whose note contains note.
 func wantEvent(ctx context.Context, c client.Client, ns, name, reason, note string) error {

@@ -91,7 +91,7 @@ func DefaultConfig(names groupsuffix.Names, version string) Config {
 // twice changes nothing), with a warning otherwise.
 func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 	out := pod.DeepCopy()
-	if hasSidecar(&out.Spec) {
+	if HasSidecar(&out.Spec) {
 		if _, ours := out.Annotations[cfg.Names.SidecarAnnotation()]; ours {
 			return out, nil, nil
 		}
@@ -170,9 +170,7 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 
 // HasSidecar reports whether pod spec holds a container named ContainerName,
 // whoever injected it.
-func HasSidecar(spec *corev1.PodSpec) bool { return hasSidecar(spec) }
-
-func hasSidecar(spec *corev1.PodSpec) bool {
+func HasSidecar(spec *corev1.PodSpec) bool {
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for _, c := range cs {
 			if c.Name == ContainerName {

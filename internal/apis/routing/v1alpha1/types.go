@@ -19,6 +19,11 @@ const (
 	// served by an older AppRoute of the instance instead: its message names
 	// them.
 	ConditionConflicted = "Conflicted"
+	// ConditionPodsInjected is False when pods of the app run without the
+	// sidecar (they started before the namespace was labelled, or while the
+	// webhook was down): their requests are not counted, and the scaler
+	// keeps the app from scaling to zero until they are restarted.
+	ConditionPodsInjected = "PodsInjected"
 )
 
 // AppRoute routes hosts to one app: the activator reads it to hold and
@@ -124,7 +129,8 @@ type AppRouteStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, SidecarReachable, Conflicted, Propagated.
+	// Conditions: Ready, SidecarReachable, Conflicted, PodsInjected,
+	// Propagated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
