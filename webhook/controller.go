@@ -211,7 +211,11 @@ func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1
 	var lost []string
 	for _, c := range routing.Build(rs).Conflicts {
 		if c.Loser == me {
-			lost = append(lost, fmt.Sprintf("host %s path %s (AppRoute %s/%s)", c.Host, c.Prefix, c.Winner.Namespace, c.Winner.Name))
+			host := c.Host // a wildcard's is its suffix
+			if !slices.Contains(route.Spec.Hosts, host) && slices.Contains(route.Spec.Hosts, "*."+host) {
+				host = "*." + host
+			}
+			lost = append(lost, fmt.Sprintf("host %s path %s (AppRoute %s/%s)", host, c.Prefix, c.Winner.Namespace, c.Winner.Name))
 		}
 	}
 	if len(lost) > 0 {

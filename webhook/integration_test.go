@@ -401,7 +401,7 @@ func TestConflictedHosts(t *testing.T) {
 		makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
 	}
 	tmpl := func(app string) corev1.PodTemplateSpec {
-		return appTemplate(map[string]string{"ebb.dev/app": app}, map[string]string{"ebb.dev/hosts": "shared.example.com,own-" + app + ".example.com"})
+		return appTemplate(map[string]string{"ebb.dev/app": app}, map[string]string{"ebb.dev/hosts": "shared.example.com,*.wild.example.com,own-" + app + ".example.com"})
 	}
 	older, _ := deploymentChain(t, c, "claim-a", "first", tmpl("first"), 0)
 	testwait.Check(t, 10*time.Second, func() error {
@@ -419,7 +419,8 @@ func TestConflictedHosts(t *testing.T) {
 			return err
 		}
 		cond := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionConflicted)
-		if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "host shared.example.com path / (AppRoute claim-a/first)") {
+		if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "host shared.example.com path / (AppRoute claim-a/first)") ||
+			!strings.Contains(cond.Message, "host *.wild.example.com path / (AppRoute claim-a/first)") || strings.Contains(cond.Message, "own-") {
 			return fmt.Errorf("Conflicted of the younger route = %+v", cond)
 		}
 		return nil
