@@ -202,6 +202,8 @@ func Run(ctx context.Context, opts Options) error {
 	select {
 	case <-ctx.Done():
 	case runErr = <-serveErr:
+	case err := <-mgrErr: // its controllers and cache stopped: the table would go stale
+		runErr = fmt.Errorf("controller manager: %w", err)
 	}
 	close(draining)
 	shutCtx, cancel := context.WithTimeout(context.Background(), opts.DrainTimeout)
