@@ -45,6 +45,11 @@ type Options struct {
 	// the scaler Service's EndpointSlices instead.
 	ScalerAddresses []string
 	ScalerService   string
+	// ScalerCAFile turns TLS on for the pushes: the scalers' certificate is
+	// verified against it, under ScalerServerName (default the
+	// ScalerService's DNS name); ScalerCertFile and ScalerKeyFile are the
+	// client certificate a scaler with --tls-client-ca-file requires.
+	ScalerCAFile, ScalerCertFile, ScalerKeyFile, ScalerServerName string
 	// ActivatorSelector selects this instance's activator pods in
 	// PodNamespace: the hand-off slices point at the ready ones and
 	// propagation waits for each of them.
@@ -87,8 +92,14 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	return options.Parse("ebb-activator", DefaultOptions(), args, getenv)
 }
 
-// Complete sets the hand-off port to the port of --listen unless given.
+// Complete sets the hand-off port to the port of --listen, and the scalers'
+// TLS name to the --scaler-service's DNS name, unless given.
 func (o *Options) Complete() {
+	if o.ScalerCAFile != "" && o.ScalerServerName == "" {
+		if ns, name, _, err := parseServiceRef(o.ScalerService); err == nil {
+			o.ScalerServerName = name + "." + ns + ".svc"
+		}
+	}
 	if o.HandoffPort == 0 {
 		if _, p, err := net.SplitHostPort(o.Listen); err == nil {
 			o.HandoffPort, _ = strconv.Atoi(p)
@@ -111,6 +122,10 @@ func (o *Options) Bind(s *options.Set) {
 	s.Int(&o.SidecarAdminPort, "sidecar-admin-port", "admin port of the app pods' sidecars, probed for /ready")
 	s.List(&o.ScalerAddresses, "scaler-addresses", "comma-separated scaler host:port list to push held counts to")
 	s.String(&o.ScalerService, "scaler-service", "namespace/name:port of the scaler Service, whose ready endpoints get the pushes")
+	s.String(&o.ScalerCAFile, "scaler-ca-file", "push to the scalers over TLS, verifying them against this PEM CA")
+	s.String(&o.ScalerCertFile, "scaler-cert-file", "PEM client certificate presented to the scalers (reloaded when it changes)")
+	s.String(&o.ScalerKeyFile, "scaler-key-file", "PEM key of --scaler-cert-file")
+	s.String(&o.ScalerServerName, "scaler-server-name", "name the scalers' certificate must carry; default <name>.<namespace>.svc of --scaler-service")
 	s.String(&o.ActivatorSelector, "activator-selector", "label selector of this instance's activator pods in the pod's namespace")
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
 	s.Bool(&o.LeaderElect, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
@@ -126,7 +141,7 @@ func (o Options) Validate() error {
 		bad("--api-group-suffix: %w", err)
 	}
 	for name, addr := range map[string]string{"--listen": o.Listen, "--admin-listen": o.AdminListen} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		if err := options.CheckListen(addr); err != nil {
 			bad("%s %q: %w", name, addr, err)
 		}
 	}
@@ -136,8 +151,8 @@ func (o Options) Validate() error {
 	if o.MaxHeld < o.QueueSize {
 		bad("--max-held %d: must be at least --queue-size (%d)", o.MaxHeld, o.QueueSize)
 	}
-	if o.ColdStartTimeout <= 0 || o.ColdStartTimeout > time.Hour {
-		bad("--cold-start-timeout %s: want (0, 1h]", o.ColdStartTimeout)
+	if o.ColdStartTimeout < time.Millisecond || o.ColdStartTimeout > time.Hour {
+		bad("--cold-start-timeout %s: want 1ms to 1h", o.ColdStartTimeout)
 	}
 	if o.ProbeInterval < time.Millisecond || o.ProbeInterval > 10*time.Second {
 		bad("--probe-interval %s: want [1ms, 10s]", o.ProbeInterval)
@@ -145,8 +160,8 @@ func (o Options) Validate() error {
 	if o.Resync < time.Second {
 		bad("--resync %s: want at least 1s", o.Resync)
 	}
-	if o.DrainTimeout < 0 {
-		bad("--drain-timeout %s: must not be negative", o.DrainTimeout)
+	if o.DrainTimeout < 0 || o.DrainTimeout > time.Hour {
+		bad("--drain-timeout %s: want 0s to 1h", o.DrainTimeout)
 	}
 	if o.SidecarAdminPort < 1 || o.SidecarAdminPort > 65535 {
 		bad("--sidecar-admin-port %d: want 1 to 65535", o.SidecarAdminPort)
@@ -165,6 +180,22 @@ func (o Options) Validate() error {
 		}
 		if len(o.ScalerAddresses) > 0 {
 			bad("--scaler-service and --scaler-addresses: set one, not both")
+		}
+	}
+	if (o.ScalerCertFile == "") != (o.ScalerKeyFile == "") {
+		bad("--scaler-cert-file and --scaler-key-file: set both or neither")
+	}
+	if o.ScalerCertFile != "" && o.ScalerCAFile == "" {
+		bad("--scaler-cert-file needs --scaler-ca-file: a client certificate is only sent over TLS")
+	}
+	if o.ScalerCAFile != "" && o.ScalerServerName == "" && o.ScalerService == "" {
+		bad("--scaler-ca-file needs --scaler-server-name (or --scaler-service, whose DNS name is the default)")
+	}
+	for _, f := range [][2]string{{"--scaler-ca-file", o.ScalerCAFile}, {"--scaler-cert-file", o.ScalerCertFile}, {"--scaler-key-file", o.ScalerKeyFile}} {
+		if f[1] != "" {
+			if _, err := os.Stat(f[1]); err != nil {
+				bad("%s: %w", f[0], err)
+			}
 		}
 	}
 	if _, err := labels.Parse(o.ActivatorSelector); err != nil || o.ActivatorSelector == "" {

@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -46,6 +49,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/logroute"
+	"github.com/ebb-dev/ebb/internal/tlsfiles"
 )
 
 // Run serves the activator until ctx ends, then drains held and proxied
@@ -73,10 +77,15 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := NewMetrics(reg)
+	labelled := prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: names.Suffix()}, reg)
+	labelled.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := NewMetrics(labelled)
 
-	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: opts.PodNamespace + "/" + opts.PodName, Log: log.WithName("holdpush")})
+	dial, err := scalerDialOptions(opts)
+	if err != nil {
+		return err
+	}
+	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: opts.PodNamespace + "/" + opts.PodName, DialOptions: dial, Log: log.WithName("holdpush")})
 	if err != nil {
 		return fmt.Errorf("held-count push: %w", err)
 	}
@@ -477,4 +486,17 @@ func newManager(cfg *rest.Config, opts Options, names groupsuffix.Names, log log
 		}
 	}
 	return mgr, nil
+}
+
+// scalerDialOptions are the pushes' credentials: TLS with --scaler-ca-file
+// (and a client certificate with --scaler-cert-file), else plaintext.
+func scalerDialOptions(o Options) ([]grpc.DialOption, error) {
+	if o.ScalerCAFile == "" {
+		return nil, nil
+	}
+	cfg, err := tlsfiles.Client(o.ScalerCAFile, o.ScalerCertFile, o.ScalerKeyFile, o.ScalerServerName)
+	if err != nil {
+		return nil, fmt.Errorf("TLS to the scalers: %w", err)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, nil
 }

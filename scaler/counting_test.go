@@ -190,3 +190,31 @@ func TestCounting(t *testing.T) {
 		})
 	}
 }
+
+// TestColdStartsCountedOnce: a cold start is counted when held requests
+// appear for an app with no ready pod, once, however many activators hold
+// (the holdpush server sums them before setHeld) and however the held count
+// moves; held requests for an app with a ready pod are no cold start.
+func TestColdStartsCountedOnce(t *testing.T) {
+	r := newRegistry()
+	k := appKey{Namespace: "shop", Name: "hello"}
+	now := time.Now()
+	coldStarts := func() uint64 { return r.lookup(k).figures(now, time.Minute).coldStarts }
+	for _, held := range []int64{1, 3, 5, 2} { // one cold start, two activators joining and leaving
+		r.setHeld(k, held, now)
+	}
+	if n := coldStarts(); n != 1 {
+		t.Fatalf("%d cold starts after one, want 1", n)
+	}
+	r.setHeld(k, 0, now)
+	r.setHeld(k, 4, now)
+	if n := coldStarts(); n != 2 {
+		t.Fatalf("%d cold starts after two, want 2", n)
+	}
+	r.setHeld(k, 0, now)
+	r.lookup(k).readyPods = 1
+	r.setHeld(k, 1, now) // a pod is ready: held only while it is found
+	if n := coldStarts(); n != 2 {
+		t.Errorf("%d cold starts, want 2: held requests for an app with a ready pod counted", n)
+	}
+}

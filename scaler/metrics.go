@@ -25,6 +25,7 @@ const (
 	metricAppHeld        = "ebb_scaler_app_held_requests"
 	metricAppRate        = "ebb_scaler_app_rate_requests_per_second"
 	metricAppCounted     = "ebb_scaler_app_requests_total"
+	metricAppColdStarts  = "ebb_scaler_app_cold_starts_total"
 	metricAppPods        = "ebb_scaler_app_pods"
 	metricAppActive      = "ebb_scaler_app_active"
 )
@@ -39,7 +40,7 @@ type metrics struct {
 	activatorDropped prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, s *Scaler) *metrics {
+func newMetrics(reg prometheus.Registerer, s *Scaler) *metrics {
 	m := &metrics{
 		tickSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricTick,
 			Help:    "Time to read every sidecar and publish the per-app figures, per tick.",
@@ -63,6 +64,7 @@ var (
 	descHeld        = prometheus.NewDesc(metricAppHeld, "Requests the activators hold for the app.", appLabels, nil)
 	descRate        = prometheus.NewDesc(metricAppRate, "Requests per second counted over the default rate window (1m).", appLabels, nil)
 	descCounted     = prometheus.NewDesc(metricAppCounted, "Requests counted by the app's sidecars since this scaler started.", appLabels, nil)
+	descColdStarts  = prometheus.NewDesc(metricAppColdStarts, "Cold starts since this scaler started: times the activators began holding requests for the app while it had no ready pod (once per cold start, whatever the number of activators).", appLabels, nil)
 	descPods        = prometheus.NewDesc(metricAppPods, "The app's pods by state: read (sidecar, Running with an IP), ready, stale (not answering, last value kept), dropped (not answering, not counted), bypassed (Running with no sidecar).", append(appLabels, "state"), nil)
 	descActive      = prometheus.NewDesc(metricAppActive, "1 while the app is active with default metadata (any request in flight, held, counted within 1m, or a bypassed pod).", appLabels, nil)
 	descActivators  = prometheus.NewDesc(metricActivators, "Activators whose held counts this scaler keeps.", nil, nil)
@@ -71,7 +73,7 @@ var (
 type appCollector struct{ s *Scaler }
 
 func (c appCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConcurrency, descInFlight, descHeld, descRate, descCounted, descPods, descActive, descActivators} {
+	for _, d := range []*prometheus.Desc{descConcurrency, descInFlight, descHeld, descRate, descCounted, descColdStarts, descPods, descActive, descActivators} {
 		ch <- d
 	}
 }
@@ -85,6 +87,7 @@ func (c appCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(st.Held), l...)
 		ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, st.RatePerSecond, l...)
 		ch <- prometheus.MustNewConstMetric(descCounted, prometheus.CounterValue, float64(st.RequestsCounted), l...)
+		ch <- prometheus.MustNewConstMetric(descColdStarts, prometheus.CounterValue, float64(st.ColdStarts), l...)
 		for _, p := range []struct {
 			state string
 			n     int
@@ -110,6 +113,7 @@ type AppStatus struct {
 	RatePerSecond   float64 `json:"ratePerSecond"` // over Window
 	Window          string  `json:"window"`
 	RequestsCounted uint64  `json:"requestsCounted"` // since this scaler started
+	ColdStarts      uint64  `json:"coldStarts"`      // since this scaler started
 	Pods            int     `json:"pods"`            // read: sidecar, Running with an IP
 	ReadyPods       int     `json:"readyPods"`
 	StalePods       int     `json:"stalePods"`
@@ -144,8 +148,8 @@ func (s *Scaler) appStatus(k appKey, f figures, now time.Time, window time.Durat
 		Namespace: k.Namespace, App: k.Name,
 		Concurrency: f.concurrency(), InFlight: f.inFlight, Held: f.held,
 		RatePerSecond: p.value(f, s.span(now)), Window: window.String(),
-		RequestsCounted: f.counted,
-		Pods:            f.pods, ReadyPods: f.readyPods, StalePods: f.stalePods, DroppedPods: f.droppedPods, BypassedPods: f.bypassedPods,
+		RequestsCounted: f.counted, ColdStarts: f.coldStarts,
+		Pods: f.pods, ReadyPods: f.readyPods, StalePods: f.stalePods, DroppedPods: f.droppedPods, BypassedPods: f.bypassedPods,
 		Active: p.active(f),
 	}
 }

@@ -46,6 +46,15 @@ type Options struct {
 	Logger     *logr.Logger         // used instead of one from Log
 }
 
+// Bounds of --tick (the chart's scaler.tick).
+const (
+	MinTick = 10 * time.Millisecond
+	MaxTick = time.Minute
+)
+
+// DefaultReadTimeout is the longest --read-timeout a tick gets by default.
+const DefaultReadTimeout = 300 * time.Millisecond
+
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{
@@ -53,7 +62,6 @@ func DefaultOptions() Options {
 		GRPCAddr:        ":9090",
 		AdminAddr:       ":8080",
 		Tick:            time.Second,
-		ReadTimeout:     300 * time.Millisecond,
 		ReadParallelism: 128,
 		StaleTicks:      3,
 		MaxRateWindow:   10 * time.Minute,
@@ -77,7 +85,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.GRPCAddr, "grpc-addr", "address of the gRPC server (KEDA external scaler, health, activator pushes)")
 	s.String(&o.AdminAddr, "admin-addr", "address of the HTTP server for /metrics, /apps, /healthz and /readyz")
 	s.Duration(&o.Tick, "tick", "how often every sidecar is read")
-	s.Duration(&o.ReadTimeout, "read-timeout", "timeout of one sidecar read; less than --tick")
+	s.Duration(&o.ReadTimeout, "read-timeout", "timeout of one sidecar read, less than --tick; 0: a third of --tick, at most 300ms")
 	s.Int(&o.ReadParallelism, "read-parallelism", "sidecar reads in flight at once")
 	s.Int(&o.StaleTicks, "stale-ticks", "failed reads during which a pod keeps its last value before it is dropped")
 	s.Duration(&o.MaxRateWindow, "max-rate-window", "longest rateWindow a ScaledObject may ask for (bounds memory)")
@@ -90,6 +98,14 @@ func (o *Options) Bind(s *options.Set) {
 	o.Log.Bind(s)
 }
 
+// Complete derives what was left at zero from what was set: --read-timeout
+// from --tick, so a short --tick alone is a valid choice.
+func (o *Options) Complete() {
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = min(DefaultReadTimeout, o.Tick/3)
+	}
+}
+
 // Validate returns every problem with o at once.
 func (o Options) Validate() error {
 	var errs []error
@@ -97,14 +113,14 @@ func (o Options) Validate() error {
 	if _, err := groupsuffix.New(o.GroupSuffix); err != nil {
 		bad("--api-group-suffix: %w", err)
 	}
-	if o.GRPCAddr == "" {
-		bad("--grpc-addr is empty: set a listen address like :9090")
+	if err := options.CheckListen(o.GRPCAddr); err != nil {
+		bad("--grpc-addr %q: %w: set a listen address like :9090", o.GRPCAddr, err)
 	}
-	if o.AdminAddr == "" {
-		bad("--admin-addr is empty: set a listen address like :8080")
+	if err := options.CheckListen(o.AdminAddr); err != nil {
+		bad("--admin-addr %q: %w: set a listen address like :8080", o.AdminAddr, err)
 	}
-	if o.Tick < 10*time.Millisecond {
-		bad("--tick %s: must be at least 10ms", o.Tick)
+	if o.Tick < MinTick || o.Tick > MaxTick {
+		bad("--tick %s: want %s to %s", o.Tick, MinTick, MaxTick)
 	}
 	if o.ReadTimeout <= 0 || o.ReadTimeout >= o.Tick {
 		bad("--read-timeout %s: must be above 0 and below --tick (%s)", o.ReadTimeout, o.Tick)

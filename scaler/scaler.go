@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -28,6 +31,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/logroute"
+	"github.com/ebb-dev/ebb/internal/tlsfiles"
 )
 
 // Scaler is one ebb-scaler: its listeners are bound by New, Run serves.
@@ -36,6 +40,7 @@ type Scaler struct {
 	log    logr.Logger
 	names  groupsuffix.Names
 	client kubernetes.Interface
+	routes *routeCheck
 
 	reg     *registry
 	hold    *holdpush.Server
@@ -69,18 +74,20 @@ func Run(ctx context.Context, opts Options) error {
 // (so an address like 127.0.0.1:0 is known through GRPCAddr and AdminAddr
 // before Run).
 func New(opts Options) (*Scaler, error) {
+	opts.Complete()
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("options: %w", err)
 	}
 	s := &Scaler{opts: opts, reg: newRegistry(), names: groupsuffix.MustNew(opts.GroupSuffix), prom: prometheus.NewRegistry()}
 	s.log = newLogger(opts)
-	client, err := kubeClient(opts)
+	client, dyn, err := kubeClients(opts)
 	if err != nil {
 		return nil, err
 	}
 	s.client = client
+	s.routes = newRouteCheck(dyn, s.names, s.log.WithName("routes"))
 	s.dialer = &net.Dialer{Timeout: opts.ReadTimeout, KeepAlive: 30 * time.Second}
-	s.metrics = newMetrics(s.prom, s)
+	s.metrics = newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: opts.GroupSuffix}, s.prom), s)
 	s.hold = holdpush.NewServer(holdpush.ServerOptions{
 		OnChange:   func(a holdpush.App, n int64) { s.reg.setHeld(a, n, time.Now()) },
 		OnDrop:     func(string, int) { s.metrics.activatorDropped.Inc() },
@@ -98,12 +105,20 @@ func New(opts Options) (*Scaler, error) {
 		// service's messages are protobuf too).
 		holdpush.ServerOption(),
 	}
+	var adminTLS *tls.Config
 	if opts.TLSCertFile != "" {
-		creds, err := serverCredentials(opts)
+		// gRPC: a client certificate is required when a CA is given (KEDA's
+		// tlsClientCert, the activators' --scaler-cert-file). The admin
+		// port: TLS too, a client certificate verified when given and
+		// required for /apps only, so probes and Prometheus need none.
+		grpcTLS, err := tlsfiles.Server(opts.TLSCertFile, opts.TLSKeyFile, opts.TLSClientCAFile, tls.RequireAndVerifyClientCert)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("gRPC TLS: %w", err)
 		}
-		serverOpts = append(serverOpts, grpc.Creds(creds))
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(grpcTLS)))
+		if adminTLS, err = tlsfiles.Server(opts.TLSCertFile, opts.TLSKeyFile, opts.TLSClientCAFile, tls.VerifyClientCertIfGiven); err != nil {
+			return nil, fmt.Errorf("admin TLS: %w", err)
+		}
 	}
 	s.grpc = grpc.NewServer(serverOpts...)
 	externalscaler.RegisterExternalScalerServer(s.grpc, &service{s: s})
@@ -112,7 +127,7 @@ func New(opts Options) (*Scaler, error) {
 	s.health.SetServingStatus(externalscaler.ExternalScaler_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.hold.Register(s.grpc)
-	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	s.admin = &http.Server{Handler: s.adminHandler(opts.TLSClientCAFile != ""), ReadHeaderTimeout: 5 * time.Second}
 
 	if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("listen on --grpc-addr: %w", err)
@@ -120,6 +135,9 @@ func New(opts Options) (*Scaler, error) {
 	if s.adminLis, err = net.Listen("tcp", opts.AdminAddr); err != nil {
 		s.grpcLis.Close()
 		return nil, fmt.Errorf("listen on --admin-addr: %w", err)
+	}
+	if adminTLS != nil {
+		s.adminLis = tls.NewListener(s.adminLis, adminTLS)
 	}
 	return s, nil
 }
@@ -208,7 +226,22 @@ func (s *Scaler) loop(ctx context.Context) {
 	}
 }
 
-func (s *Scaler) adminHandler() http.Handler {
+// adminHandler serves /metrics, /healthz, /readyz and /apps; with
+// clientCerts, /apps only to clients that presented a certificate the
+// scaler verified (per-app figures name every app of the cluster).
+func (s *Scaler) adminHandler(clientCerts bool) http.Handler {
+	guard := func(h http.HandlerFunc) http.HandlerFunc {
+		if !clientCerts {
+			return h
+		}
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+				http.Error(w, "/apps needs a client certificate signed by the scaler's --tls-client-ca-file", http.StatusUnauthorized)
+				return
+			}
+			h(w, r)
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.prom, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -219,14 +252,14 @@ func (s *Scaler) adminHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /apps", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /apps", guard(func(w http.ResponseWriter, r *http.Request) {
 		window, ok := s.statusWindow(w, r)
 		if !ok {
 			return
 		}
 		writeJSON(w, StatusResponse{Ready: s.ready.Load(), Apps: s.appStatuses(time.Now(), window), Activators: s.hold.Activators()})
-	})
-	mux.HandleFunc("GET /apps/{namespace}/{app}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /apps/{namespace}/{app}", guard(func(w http.ResponseWriter, r *http.Request) {
 		window, ok := s.statusWindow(w, r)
 		if !ok {
 			return
@@ -239,7 +272,7 @@ func (s *Scaler) adminHandler() http.Handler {
 		}
 		now := time.Now()
 		writeJSON(w, s.appStatus(k, a.figures(now, window), now, window))
-	})
+	}))
 	return mux
 }
 
@@ -279,15 +312,17 @@ func newLogger(o Options) logr.Logger {
 	return log
 }
 
-func kubeClient(o Options) (kubernetes.Interface, error) {
+// kubeClients returns the client for pods and, unless o.Client is given
+// (tests with a fake clientset), one for AppRoutes.
+func kubeClients(o Options) (kubernetes.Interface, dynamic.Interface, error) {
 	if o.Client != nil {
-		return o.Client, nil
+		return o.Client, nil, nil
 	}
 	cfg := o.RestConfig
 	if cfg == nil {
 		var err error
 		if cfg, err = kubeclient.Config(o.Kubeconfig); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	cfg = rest.CopyConfig(cfg)
@@ -295,7 +330,11 @@ func kubeClient(o Options) (kubernetes.Interface, error) {
 
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return client, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	return client, dyn, nil
 }

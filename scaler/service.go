@@ -21,11 +21,22 @@ type service struct {
 
 var errNotReady = status.Error(codes.Unavailable, "ebb-scaler has not finished its first read of every sidecar yet: answering now could scale apps to zero; retry shortly")
 
-func (v *service) params(ref *externalscaler.ScaledObjectRef) (params, error) {
+func (v *service) params(ctx context.Context, ref *externalscaler.ScaledObjectRef) (params, error) {
 	if !v.s.ready.Load() {
 		return params{}, errNotReady
 	}
-	return parseParams(ref, v.s.opts.Tick, v.s.opts.MaxRateWindow)
+	p, err := parseParams(ref, v.s.opts.Tick, v.s.opts.MaxRateWindow)
+	if err != nil {
+		return p, err
+	}
+	now := time.Now()
+	if f := v.figures(p, now); f.pods == 0 && f.held == 0 && f.bypassedPods == 0 {
+		// No pod and nothing held: at zero, or no such app at all.
+		if err := v.s.routes.check(ctx, p.app, now); err != nil {
+			return params{}, err
+		}
+	}
+	return p, nil
 }
 
 // figures returns the app's figures; an app the scaler has never seen (no
@@ -38,8 +49,8 @@ func (v *service) figures(p params, now time.Time) figures {
 	return a.figures(now, p.window)
 }
 
-func (v *service) IsActive(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
-	p, err := v.params(ref)
+func (v *service) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
+	p, err := v.params(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +61,7 @@ func (v *service) IsActive(_ context.Context, ref *externalscaler.ScaledObjectRe
 // moment it is known: an activator push wakes it directly, a tick (for the
 // sidecars and the window) wakes it once per tick.
 func (v *service) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grpc.ServerStreamingServer[externalscaler.IsActiveResponse]) error {
-	p, err := v.params(ref)
+	p, err := v.params(stream.Context(), ref)
 	if err != nil {
 		return err
 	}
@@ -78,8 +89,8 @@ func (v *service) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grp
 	}
 }
 
-func (v *service) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
-	p, err := v.params(ref)
+func (v *service) GetMetricSpec(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
+	p, err := v.params(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +101,8 @@ func (v *service) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObj
 	}}}, nil
 }
 
-func (v *service) GetMetrics(_ context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
-	p, err := v.params(req.GetScaledObjectRef())
+func (v *service) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
+	p, err := v.params(ctx, req.GetScaledObjectRef())
 	if err != nil {
 		return nil, err
 	}

@@ -47,6 +47,7 @@ type app struct {
 	droppedPods  int // not answering for longer, not counted
 	bypassedPods int // Running pods without a sidecar
 	counted      uint64
+	coldStarts   uint64 // times held went above 0 while no pod was ready
 	hist         history
 	lastBusy     time.Time
 	watchers     int
@@ -241,6 +242,9 @@ func (r *registry) setHeld(k appKey, held int64, now time.Time) {
 		if a.held == held {
 			return
 		}
+		if a.held == 0 && a.readyPods == 0 {
+			a.coldStarts++ // counted here once, however many activators hold
+		}
 		a.held = held
 		a.lastBusy = now
 		a.notifyLocked()
@@ -330,6 +334,7 @@ func (h *history) since(t time.Time, now uint64) uint64 {
 // figures is a consistent copy of an app's numbers.
 type figures struct {
 	inFlight, held                                        int64
+	coldStarts                                            uint64
 	pods, readyPods, stalePods, droppedPods, bypassedPods int
 	counted                                               uint64
 	inWindow                                              uint64 // counted within the window asked for
@@ -343,7 +348,7 @@ func (a *app) figures(now time.Time, window time.Duration) figures {
 
 func (a *app) figuresLocked(now time.Time, window time.Duration) figures {
 	return figures{
-		inFlight: a.inFlight, held: a.held,
+		inFlight: a.inFlight, held: a.held, coldStarts: a.coldStarts,
 		pods: a.pods, readyPods: a.readyPods, stalePods: a.stalePods, droppedPods: a.droppedPods, bypassedPods: a.bypassedPods,
 		counted:  a.counted,
 		inWindow: a.hist.since(now.Add(-window), a.counted),

@@ -67,7 +67,7 @@ func TestAdminEndpoints(t *testing.T) {
 		"/apps?window=1ms":           {400, `window="1ms": set a duration between 1s and 10m0s`},
 		"/readyz":                    {200, "ok"},
 		"/healthz":                   {200, "ok"},
-		"/metrics":                   {200, `ebb_scaler_app_concurrency_requests{app="hello",namespace="shop"} 5`},
+		"/metrics":                   {200, `ebb_scaler_app_concurrency_requests{app="hello",ebb_instance="ebb.dev",namespace="shop"} 5`},
 	} {
 		code, body := get(t, base+path)
 		if code != want.code || !strings.Contains(body, want.has) {
@@ -81,17 +81,18 @@ func TestAppMetrics(t *testing.T) {
 	r := newRig(t, fake.NewClientset(appPod("hello-0", "hello", sc), appPod("legacy-0", "hello", nil)), nil)
 	_, body := get(t, "http://"+r.s.AdminAddr().String()+"/metrics")
 	for _, line := range []string{
-		`ebb_scaler_app_concurrency_requests{app="hello",namespace="shop"} 2`,
-		`ebb_scaler_app_inflight_requests{app="hello",namespace="shop"} 2`,
-		`ebb_scaler_app_held_requests{app="hello",namespace="shop"} 0`,
-		`ebb_scaler_app_rate_requests_per_second{app="hello",namespace="shop"} 0`,
-		`ebb_scaler_app_requests_total{app="hello",namespace="shop"} 0`,
-		`ebb_scaler_app_pods{app="hello",namespace="shop",state="read"} 1`,
-		`ebb_scaler_app_pods{app="hello",namespace="shop",state="bypassed"} 1`,
-		`ebb_scaler_app_active{app="hello",namespace="shop"} 1`,
-		`ebb_scaler_sidecar_pods 1`,
-		`ebb_scaler_bypassed_pods_seen_total 1`,
-		`ebb_scaler_activators 0`,
+		`ebb_scaler_app_concurrency_requests{app="hello",ebb_instance="ebb.dev",namespace="shop"} 2`,
+		`ebb_scaler_app_inflight_requests{app="hello",ebb_instance="ebb.dev",namespace="shop"} 2`,
+		`ebb_scaler_app_held_requests{app="hello",ebb_instance="ebb.dev",namespace="shop"} 0`,
+		`ebb_scaler_app_rate_requests_per_second{app="hello",ebb_instance="ebb.dev",namespace="shop"} 0`,
+		`ebb_scaler_app_requests_total{app="hello",ebb_instance="ebb.dev",namespace="shop"} 0`,
+		`ebb_scaler_app_pods{app="hello",ebb_instance="ebb.dev",namespace="shop",state="read"} 1`,
+		`ebb_scaler_app_pods{app="hello",ebb_instance="ebb.dev",namespace="shop",state="bypassed"} 1`,
+		`ebb_scaler_app_active{app="hello",ebb_instance="ebb.dev",namespace="shop"} 1`,
+		`ebb_scaler_app_cold_starts_total{app="hello",ebb_instance="ebb.dev",namespace="shop"} 0`,
+		`ebb_scaler_sidecar_pods{ebb_instance="ebb.dev"} 1`,
+		`ebb_scaler_bypassed_pods_seen_total{ebb_instance="ebb.dev"} 1`,
+		`ebb_scaler_activators{ebb_instance="ebb.dev"} 0`,
 	} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("/metrics lacks %q", line)

@@ -2,91 +2,43 @@ package scaler
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
+	"io"
 	"net"
-	"os"
-	"path/filepath"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/ebb-dev/ebb/internal/tlsfiles"
+	"github.com/ebb-dev/ebb/internal/tlsfiles/tlstest"
 )
 
-type certs struct {
-	caPool                *x509.CertPool
-	caFile                string
-	serverCert, serverKey string
-	client                tls.Certificate
-}
-
-func issue(t *testing.T, dir string) certs {
-	t.Helper()
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ebb test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+// TestMutualTLS: with --tls-client-ca-file, gRPC (KEDA, the activators)
+// needs a client certificate signed by that CA, and so does /apps on the
+// admin port, which serves TLS too; /metrics and the probes need none.
+func TestMutualTLS(t *testing.T) {
+	f := tlstest.Issue(t, t.TempDir(), "ebb-scaler")
+	r := newRig(t, nil, func(o *Options) {
+		o.TLSCertFile, o.TLSKeyFile, o.TLSClientCAFile = f.ServerCert, f.ServerKey, f.CA
+	})
+	withCert, err := tlsfiles.Client(f.CA, f.ClientCert, f.ClientKey, f.ServerName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-		k := newKey()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "ebb-scaler"}, DNSNames: []string{"ebb-scaler"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, k
-	}
-	c := certs{caPool: x509.NewCertPool(), caFile: write("ca.pem", "CERTIFICATE", caDER)}
-	c.caPool.AddCert(ca)
-	sDER, sKey := leaf(2, x509.ExtKeyUsageServerAuth)
-	sKeyDER, _ := x509.MarshalECPrivateKey(sKey)
-	c.serverCert, c.serverKey = write("tls.crt", "CERTIFICATE", sDER), write("tls.key", "EC PRIVATE KEY", sKeyDER)
-	cDER, cKey := leaf(3, x509.ExtKeyUsageClientAuth)
-	c.client = tls.Certificate{Certificate: [][]byte{cDER}, PrivateKey: cKey}
-	return c
-}
-
-func TestMutualTLS(t *testing.T) {
-	c := issue(t, t.TempDir())
-	r := newRig(t, nil, func(o *Options) {
-		o.TLSCertFile, o.TLSKeyFile, o.TLSClientCAFile = c.serverCert, c.serverKey, c.caFile
-	})
+	without, _ := tlsfiles.Client(f.CA, "", "", f.ServerName)
 	for name, tc := range map[string]struct {
-		clientCerts []tls.Certificate
-		ok          bool
+		client *tls.Config
+		ok     bool
 	}{
-		"client certificate signed by the CA (KEDA's tlsClientCert)": {[]tls.Certificate{c.client}, true},
-		"no client certificate": {nil, false},
+		"client certificate signed by the CA (KEDA's tlsClientCert)": {withCert, true},
+		"no client certificate": {without, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			creds := credentials.NewTLS(&tls.Config{RootCAs: c.caPool, Certificates: tc.clientCerts, ServerName: "ebb-scaler", MinVersion: tls.VersionTLS12})
-			conn, err := grpc.NewClient("passthrough:///scaler", grpc.WithTransportCredentials(creds),
+			conn, err := grpc.NewClient("passthrough:///scaler", grpc.WithTransportCredentials(credentials.NewTLS(tc.client)),
 				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.lis.DialContext(ctx) }))
 			if err != nil {
 				t.Fatal(err)
@@ -99,5 +51,36 @@ func TestMutualTLS(t *testing.T) {
 				t.Errorf("IsActive over TLS: %v, want success %v", err, tc.ok)
 			}
 		})
+	}
+
+	admin := "https://" + r.s.AdminAddr().String()
+	for _, tc := range []struct {
+		client *tls.Config
+		path   string
+		code   int
+	}{
+		{without, "/healthz", 200},
+		{without, "/metrics", 200},
+		{without, "/apps", 401},
+		{without, "/apps/shop/hello", 401},
+		{withCert, "/apps", 200},
+	} {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tc.client}}
+		resp, err := hc.Get(admin + tc.path)
+		if err != nil {
+			t.Errorf("GET %s: %v", tc.path, err)
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("GET %s (client certificate %v) = %d, want %d", tc.path, tc.client == withCert, resp.StatusCode, tc.code)
+		}
+	}
+	if resp, err := http.Get("http://" + r.s.AdminAddr().String() + "/apps"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP to the admin port while TLS is on: %s", resp.Status)
+		}
 	}
 }

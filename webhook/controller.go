@@ -37,7 +37,8 @@ import (
 // watches Deployments (their pod templates make the AppRoutes), Namespaces
 // (their labels opt apps in), Services and EndpointSlices (status); it gets
 // other instances' MutatingWebhookConfigurations to see whether one is
-// installed. The admission handler reads nothing.
+// installed, and lists KEDA ScaledObjects (ScaledByKEDA). The admission
+// handler reads nothing.
 //
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes/status,verbs=get;update;patch
@@ -45,6 +46,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;update;patch
@@ -452,6 +454,9 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if done.RequeueAfter == 0 || done.RequeueAfter > rescaledBy {
+		done.RequeueAfter = rescaledBy // see scaledBy
+	}
 	return done, r.applyStatus(ctx, &current, st)
 }
 
@@ -536,6 +541,7 @@ func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.App
 	meta.SetStatusCondition(&st.Conditions, ready)
 	meta.SetStatusCondition(&st.Conditions, conflicted)
 	meta.SetStatusCondition(&st.Conditions, injected)
+	meta.SetStatusCondition(&st.Conditions, r.scaledBy(ctx, route))
 	return st, nil
 }
 
@@ -548,7 +554,7 @@ func (r *routeReconciler) applyStatus(ctx context.Context, route *routingv1alpha
 	var mine []metav1.Condition
 	for _, c := range st.Conditions {
 		switch c.Type {
-		case routingv1alpha1.ConditionReady, routingv1alpha1.ConditionSidecarReachable, routingv1alpha1.ConditionConflicted, routingv1alpha1.ConditionPodsInjected:
+		case routingv1alpha1.ConditionReady, routingv1alpha1.ConditionSidecarReachable, routingv1alpha1.ConditionConflicted, routingv1alpha1.ConditionPodsInjected, routingv1alpha1.ConditionScaledByKEDA:
 			mine = append(mine, c)
 		}
 	}

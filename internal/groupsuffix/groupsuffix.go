@@ -10,6 +10,11 @@ import (
 // Default is the suffix of an instance installed without --api-group-suffix.
 const Default = "ebb.dev"
 
+// MetricLabel is the label every series of the scaler and the activator
+// carries with the instance's suffix, so dashboards tell instances apart
+// whatever the scrape configuration.
+const MetricLabel = "ebb_instance"
+
 // Names holds every name derived from one group suffix. The zero value is not
 // valid; build one with New.
 type Names struct {

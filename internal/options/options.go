@@ -15,6 +15,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -210,6 +212,19 @@ func (l *list) Set(v string) error {
 		if e = strings.TrimSpace(e); e != "" {
 			*l = append(*l, e)
 		}
+	}
+	return nil
+}
+
+// CheckListen says what is wrong with a listen address: host:port with the
+// port a number up to 65535 (0 lets the kernel pick one, as tests do).
+func CheckListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
 	}
 	return nil
 }

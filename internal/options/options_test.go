@@ -149,3 +149,11 @@ func TestParseCompletesThenValidates(t *testing.T) {
 		t.Errorf("usage:\n%s", b.String())
 	}
 }
+
+func TestCheckListen(t *testing.T) {
+	for addr, ok := range map[string]bool{":9090": true, "127.0.0.1:0": true, "[::1]:65535": true, ":65536": false, ":http": false, "9090": false, "": false} {
+		if err := CheckListen(addr); (err == nil) != ok {
+			t.Errorf("CheckListen(%q) = %v", addr, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -53,7 +54,11 @@ var ScaledObjects = schema.GroupVersionResource{Group: "keda.sh", Version: "v1al
 // on a Deployment.
 type ScaledObject struct {
 	Namespace, Name string
-	Min, Max        int64
+	// Target is the Deployment scaled; Name if empty.
+	Target string
+	// NotReady skips the wait for KEDA to report it Ready.
+	NotReady bool
+	Min, Max int64
 	// PollingInterval and CooldownPeriod in seconds; 1 and 3 if zero.
 	PollingInterval, CooldownPeriod int64
 	// Metadata of the trigger: scalerAddress and the scaler's own keys.
@@ -80,7 +85,7 @@ func (c *Cluster) CreateScaledObject(ctx context.Context, so ScaledObject) error
 		meta[k] = v
 	}
 	spec := map[string]any{
-		"scaleTargetRef":  map[string]any{"name": so.Name},
+		"scaleTargetRef":  map[string]any{"name": cmp.Or(so.Target, so.Name)},
 		"minReplicaCount": so.Min, "maxReplicaCount": so.Max,
 		"pollingInterval": polling, "cooldownPeriod": cooldown,
 		"triggers": []any{map[string]any{"type": "external-push", "metadata": meta}},
@@ -103,6 +108,9 @@ func (c *Cluster) CreateScaledObject(ctx context.Context, so ScaledObject) error
 	res := dyn.Resource(ScaledObjects).Namespace(so.Namespace)
 	if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create ScaledObject %s/%s: %w", so.Namespace, so.Name, err)
+	}
+	if so.NotReady {
+		return nil
 	}
 	var last []any
 	err = WaitFor(ctx, 60*time.Second, "ScaledObject "+so.Namespace+"/"+so.Name+" Ready", func(ctx context.Context) (bool, error) {

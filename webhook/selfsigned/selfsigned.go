@@ -40,8 +40,8 @@ const (
 
 // Options say where the certificate lives and whom it names.
 type Options struct {
-	// Namespace and SecretName of the Secret (type kubernetes.io/tls, plus
-	// ca.crt and ca.key).
+	// Namespace and SecretName of the Secret (tls.crt, tls.key, ca.crt and
+	// ca.key; created as kubernetes.io/tls, an existing one keeps its type).
 	Namespace, SecretName string
 	// CommonName of the CA, e.g. "ebb-webhook-ca.ebb.dev".
 	CommonName string
@@ -121,7 +121,9 @@ func ensureSecret(ctx context.Context, c client.Client, o Options, now time.Time
 	if b.certPEM, b.keyPEM, b.notAfter, err = newServing(ca, caKey, o.Hosts, now); err != nil {
 		return nil, err
 	}
-	s.Namespace, s.Name, s.Type = o.Namespace, o.SecretName, corev1.SecretTypeTLS
+	if !exists {
+		s.Namespace, s.Name, s.Type = o.Namespace, o.SecretName, corev1.SecretTypeTLS
+	} // else keep its type, which is immutable: the chart creates it Opaque
 	s.Data = map[string][]byte{KeyCACert: b.caPEM, KeyCAKey: b.caKeyPEM, corev1.TLSCertKey: b.certPEM, corev1.TLSPrivateKeyKey: b.keyPEM}
 	if exists {
 		err = c.Update(ctx, &s)

@@ -147,3 +147,28 @@ func TestEnsureNeedsWebhookConfiguration(t *testing.T) {
 		t.Fatal("Ensure succeeded without a webhook configuration")
 	}
 }
+
+// TestEnsureFillsTheChartsSecret: the chart creates the Secret Opaque and
+// without data (so no render can wipe it); Ensure fills it and keeps its
+// type, which the API server refuses to change.
+func TestEnsureFillsTheChartsSecret(t *testing.T) {
+	c, o, _ := setup(t)
+	ctx := context.Background()
+	empty := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.SecretName}, Type: corev1.SecretTypeOpaque}
+	if err := c.Create(ctx, empty); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(ctx, c, o); err != nil {
+		t.Fatal(err)
+	}
+	var s corev1.Secret
+	if err := c.Get(ctx, client.ObjectKeyFromObject(empty), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Type != corev1.SecretTypeOpaque {
+		t.Errorf("type %q, want it kept Opaque", s.Type)
+	}
+	if st := read(t, c, o); st.CA == "" || st.Cert != st.File {
+		t.Errorf("the Secret was not filled: %+v", st)
+	}
+}

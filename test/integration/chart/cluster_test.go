@@ -45,7 +45,7 @@ func TestServerSideDryRun(t *testing.T) {
 	for _, r := range []release{
 		{name: "ebb", namespace: "ebb-system"},
 		{name: "team1", namespace: "team1-ebb", sets: []string{"groupSuffix=team1.example.com", "certManager.enabled=false",
-			"serviceMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}},
+			"serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}},
 		{name: "corp", namespace: "corp-ebb", sets: []string{"groupSuffix=corp.example.com", "certManager.issuerRef.name=corp-ca",
 			"certManager.issuerRef.kind=ClusterIssuer", "webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=2", "webhook.replicas=1"}},
 	} {
@@ -100,21 +100,23 @@ func TestServerSideDryRun(t *testing.T) {
 }
 
 // applyOptionalCRDs installs cert-manager's and the Prometheus Operator's
-// ServiceMonitor CRDs from their Go modules (the module cache or proxy).
+// ServiceMonitor and PodMonitor CRDs from their Go modules (the module cache or proxy).
 func applyOptionalCRDs(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.ApplyCRDs(ctx, filepath.Join(cluster.MustModuleDir(t, certManagerModule), "deploy", "crds")); err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join(cluster.MustModuleDir(t, prometheusOperatorModule), "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml")
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "servicemonitors.yaml"), b, 0o644); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"servicemonitors", "podmonitors"} {
+		src := filepath.Join(cluster.MustModuleDir(t, prometheusOperatorModule), "example", "prometheus-operator-crd", "monitoring.coreos.com_"+name+".yaml")
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.ApplyCRDs(ctx, dir); err != nil {
 		t.Fatal(err)
@@ -226,6 +228,14 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 				resource, sub, _ := strings.Cut(res, "/")
 				for _, v := range rule.Verbs {
 					a := access{v, g, resource, sub, "", ""}
+					if resource == "mutatingwebhookconfigurations" && v == "get" {
+						// Any instance's, by name: in a namespace labelled
+						// for two instances, is the other one installed?
+						a.name = "sidecar-injector.other.example.com"
+						webhookAllowed = append(webhookAllowed, a)
+						webhookDenied = append(webhookDenied, access{"list", g, resource, "", "", ""})
+						continue
+					}
 					if resource == "mutatingwebhookconfigurations" {
 						// Only its own configuration, and only when it sets
 						// the caBundle itself.
@@ -274,10 +284,12 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"update", "coordination.k8s.io", "leases", "", ns, "ebb-webhook." + suffix},
 	}
 
-	scalerAllowed := []access{{"list", "", "pods", "", "", ""}, {"watch", "", "pods", "", "", ""}}
+	scalerAllowed := []access{{"list", "", "pods", "", "", ""}, {"watch", "", "pods", "", "", ""},
+		{"get", group, "approutes", "", "shop", "hello"}, {"list", group, "approutes", "", "shop", ""}}
 	scalerDenied := []access{
 		{"get", "", "pods", "", "shop", "hello"}, {"create", "", "pods", "", "shop", ""}, {"list", "", "services", "", "", ""},
-		{"list", group, "approutes", "", "", ""}, {"create", "coordination.k8s.io", "leases", "", ns, ""},
+		{"list", "routing.ebb.dev", "approutes", "", "shop", ""}, {"update", group, "approutes", "", "shop", "hello"},
+		{"create", "coordination.k8s.io", "leases", "", ns, ""},
 	}
 
 	for _, tc := range []struct {

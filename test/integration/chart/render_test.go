@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,7 +25,7 @@ func TestLint(t *testing.T) {
 	for _, sets := range [][]string{
 		nil,
 		{"groupSuffix=team1.example.com"},
-		{"groupSuffix=team1.example.com", "certManager.enabled=false", "serviceMonitor.enabled=true", "dashboard.enabled=true",
+		{"groupSuffix=team1.example.com", "certManager.enabled=false", "serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true",
 			"networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"},
 	} {
 		args := []string{"lint", "--strict", chartDir(t)}
@@ -121,6 +122,8 @@ func TestRenderDefault(t *testing.T) {
 	}
 }
 
+// TestRenderSelfSigned: the webhook makes its own CA and keeps it in a
+// Secret that no render can wipe.
 func TestRenderSelfSigned(t *testing.T) {
 	r := release{name: "ebb", namespace: "ebb-system", sets: []string{"certManager.enabled=false"}}
 	objs := render(t, r)
@@ -133,9 +136,15 @@ func TestRenderSelfSigned(t *testing.T) {
 	if _, ok := mwc.GetAnnotations()["cert-manager.io/inject-ca-from"]; ok {
 		t.Error("self-signed mode keeps cert-manager's inject-ca-from annotation")
 	}
+	// Rendered without a cluster (helm template, GitOps tools): no data at
+	// all, so applying it never writes empty keys over the CA; Opaque, the
+	// one type valid without keys (ebb-webhook keeps whatever type it finds).
 	s := find(t, objs, "Secret", "ebb-webhook-selfsigned")
-	if got, _, _ := unstructured.NestedString(s.Object, "type"); got != "kubernetes.io/tls" {
-		t.Errorf("Secret type %q: ebb-webhook writes kubernetes.io/tls, and a type cannot change", got)
+	if got, _, _ := unstructured.NestedString(s.Object, "type"); got != "Opaque" {
+		t.Errorf("Secret type %q, want Opaque", got)
+	}
+	if data, ok := s.Object["data"]; ok {
+		t.Errorf("offline render writes the Secret's data %v: applied, it would wipe the webhook's CA", data)
 	}
 	args := containerArgs(t, find(t, objs, "Deployment", "ebb-webhook"))
 	for _, want := range []string{"--tls-mode=self-signed", "--tls-secret=ebb-webhook-selfsigned", "--service-name=ebb-webhook"} {
@@ -148,11 +157,23 @@ func TestRenderSelfSigned(t *testing.T) {
 	}
 }
 
+// TestUninstallKeepsTheCRD: helm uninstall keeps the AppRoute CRD, and with
+// it the users' AppRoutes, unless crd.keep=false.
+func TestUninstallKeepsTheCRD(t *testing.T) {
+	for keep, sets := range map[bool][]string{true: nil, false: {"crd.keep=false"}} {
+		crd := ofKind(render(t, release{name: "ebb", namespace: "ebb-system", sets: sets}), "CustomResourceDefinition")[0]
+		got := crd.GetAnnotations()["helm.sh/resource-policy"]
+		if (got == "keep") != keep {
+			t.Errorf("crd.keep=%v: helm.sh/resource-policy %q", keep, got)
+		}
+	}
+}
+
 // TestCustomSuffixLeavesNoDefault renders team1.example.com: not one
 // "ebb.dev" may be left anywhere (keys, groups, names, flags, NOTES).
 func TestCustomSuffixLeavesNoDefault(t *testing.T) {
 	full := append([]string{}, team1Release.sets...)
-	full = append(full, "serviceMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}")
+	full = append(full, "serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}")
 	for _, r := range []release{
 		team1Release,
 		{name: "team1", namespace: "team1-ebb", sets: append(full, "certManager.enabled=false")},
@@ -189,7 +210,7 @@ var standardKeys = regexp.MustCompile(`^(app\.kubernetes\.io/[a-z-]+|helm\.sh/ch
 // namespace) shares no cluster-scoped name, no ebb label or annotation key
 // and no CRD with the first; every ebb key carries its own suffix.
 func TestTwoReleasesShareNothing(t *testing.T) {
-	extra := []string{"serviceMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}
+	extra := []string{"serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}
 	for _, certManager := range []string{"true", "false"} {
 		a := release{name: "ebb", namespace: "ebb-system", sets: append([]string{"certManager.enabled=" + certManager}, extra...)}
 		b := release{name: "team1", namespace: "team1-ebb", sets: append([]string{"certManager.enabled=" + certManager, "groupSuffix=team1.example.com"}, extra...)}
@@ -223,6 +244,21 @@ func TestTwoReleasesShareNothing(t *testing.T) {
 		}
 		if len(keysB) == 0 {
 			t.Error("found no ebb key at all: the selectors were not read")
+		}
+		// kubectl get <short name> and <category> name one instance's
+		// AppRoutes, never both.
+		var kubectlNames [2][]string
+		for i, objs := range [][]*unstructured.Unstructured{ra, rb} {
+			crd := ofKind(objs, "CustomResourceDefinition")[0]
+			short, _, _ := unstructured.NestedStringSlice(crd.Object, "spec", "names", "shortNames")
+			categories, _, _ := unstructured.NestedStringSlice(crd.Object, "spec", "names", "categories")
+			if len(short) == 0 || len(categories) == 0 {
+				t.Errorf("CRD of release %d: short names %q, categories %q", i, short, categories)
+			}
+			kubectlNames[i] = append(short, categories...)
+		}
+		if shared := intersect(kubectlNames[0], kubectlNames[1]); len(shared) > 0 {
+			t.Errorf("certManager=%s: both instances' CRDs answer to %q", certManager, shared)
 		}
 	}
 }
@@ -521,7 +557,10 @@ func TestDashboard(t *testing.T) {
 				for _, tg := range p.Targets {
 					for _, m := range regexp.MustCompile(`ebb_[a-z_]+`).FindAllString(tg.Expr, -1) {
 						if m == "ebb_instance" {
-							continue // the label the ServiceMonitor adds
+							continue // the label the scaler and activator put on every series
+						}
+						if !strings.HasPrefix(m, "ebb_scaler_") && !strings.HasPrefix(m, "ebb_activator_") {
+							t.Errorf("panel %q queries %s: only the scaler's and the activators' series carry ebb_instance whatever the scrape configuration", p.Title, m)
 						}
 						base := regexp.MustCompile(`_(bucket|count|sum)$`).ReplaceAllString(m, "")
 						if !exported[m] && !exported[base] {
@@ -564,8 +603,20 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	return out
 }
 
+// TestNetworkPolicy: the app pods' sidecar data port is open to anyone,
+// their admin port only to this release's scaler and activators, and their
+// own ports to nobody (nothing bypasses the sidecar) unless allowOtherPorts.
 func TestNetworkPolicy(t *testing.T) {
-	r := release{name: "ebb", namespace: "ebb-system", sets: []string{"networkPolicy.enabled=true", "networkPolicy.namespaces={shop,blog}"}}
+	for _, allowOther := range []bool{false, true} {
+		r := release{name: "ebb", namespace: "ebb-system", sets: []string{"networkPolicy.enabled=true", "networkPolicy.namespaces={shop,blog}"}}
+		if allowOther {
+			r.sets = append(r.sets, "networkPolicy.allowOtherPorts=true")
+		}
+		t.Run(fmt.Sprintf("allowOtherPorts=%v", allowOther), func(t *testing.T) { testNetworkPolicy(t, r, allowOther) })
+	}
+}
+
+func testNetworkPolicy(t *testing.T, r release, allowOther bool) {
 	nps := ofKind(render(t, r), "NetworkPolicy")
 	if diff := cmp.Diff([]string{"NetworkPolicy blog/ebb-sidecar-admin", "NetworkPolicy shop/ebb-sidecar-admin"}, ids(nps)); diff != "" {
 		t.Fatalf("NetworkPolicies (-want +got):\n%s", diff)
@@ -612,9 +663,12 @@ func TestNetworkPolicy(t *testing.T) {
 	if open[8022] || !restricted[8022] {
 		t.Errorf("admin port 8022: open to all %v, to ebb %v", open[8022], restricted[8022])
 	}
-	for _, port := range []int{1, 80, 8012, 8021, 8023, 65535} {
-		if !open[port] {
-			t.Errorf("port %d of the apps is cut off", port)
+	if !open[8012] {
+		t.Errorf("the sidecar's data port 8012 is cut off")
+	}
+	for _, port := range []int{1, 80, 8080, 8021, 8023, 65535} {
+		if open[port] != allowOther || restricted[port] {
+			t.Errorf("app port %d: open to all %v, to ebb %v; want open %v (allowOtherPorts)", port, open[port], restricted[port], allowOther)
 		}
 	}
 	from, _ := json.Marshal(np.Spec.Ingress[0].From)

@@ -30,6 +30,7 @@ func TestKEDAScalesAppOnItsCounts(t *testing.T) {
 	if err := lc.EnsureNamespace(ctx, ns, nil); err != nil {
 		t.Fatal(err)
 	}
+	installAppRoutes(t, ns, app) // as ebb's webhook makes it
 
 	opts := scaler.DefaultOptions()
 	opts.RestConfig = lc.RestConfig

@@ -24,6 +24,10 @@ const (
 	// webhook was down): their requests are not counted, and the scaler
 	// keeps the app from scaling to zero until they are restarted.
 	ConditionPodsInjected = "PodsInjected"
+	// ConditionScaledByKEDA is False when no KEDA ScaledObject of the
+	// namespace scales the app on its counts (an external-push trigger
+	// whose app is the route's): nothing would wake it from zero.
+	ConditionScaledByKEDA = "ScaledByKEDA"
 )
 
 // AppRoute routes hosts to one app: the activator reads it to hold and
@@ -38,6 +42,8 @@ const (
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service.name`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scaleTargetRef.name`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="Propagated")].status`
 // +kubebuilder:printcolumn:name="Endpoints",type=integer,JSONPath=`.status.readyEndpoints`
 // +kubebuilder:printcolumn:name="Activator",type=boolean,JSONPath=`.status.activatorInPath`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
