@@ -36,11 +36,12 @@ import (
 
 // Scaler is one ebb-scaler: its listeners are bound by New, Run serves.
 type Scaler struct {
-	opts   Options
-	log    logr.Logger
-	names  groupsuffix.Names
-	client kubernetes.Interface
-	routes *routeCheck
+	opts     Options
+	log      logr.Logger
+	names    groupsuffix.Names
+	client   kubernetes.Interface
+	routes   *routeCheck
+	refusals *refusals
 
 	reg     *registry
 	hold    *holdpush.Server
@@ -86,6 +87,7 @@ func New(opts Options) (*Scaler, error) {
 	}
 	s.client = client
 	s.routes = newRouteCheck(dyn, s.names, s.log.WithName("routes"))
+	s.refusals = newRefusals(client, dyn, s.log.WithName("refusals"))
 	s.dialer = &net.Dialer{Timeout: opts.ReadTimeout, KeepAlive: 30 * time.Second}
 	s.metrics = newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: opts.GroupSuffix}, s.prom), s)
 	s.hold = holdpush.NewServer(holdpush.ServerOptions{

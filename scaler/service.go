@@ -21,10 +21,20 @@ type service struct {
 
 var errNotReady = status.Error(codes.Unavailable, "ebb-scaler has not finished its first read of every sidecar yet: answering now could scale apps to zero; retry shortly")
 
+// params reads what a ScaledObject asks for; a refusal is also posted on
+// the ScaledObject, where its owner looks.
 func (v *service) params(ctx context.Context, ref *externalscaler.ScaledObjectRef) (params, error) {
 	if !v.s.ready.Load() {
 		return params{}, errNotReady
 	}
+	p, err := v.checked(ctx, ref)
+	if err != nil {
+		v.s.refusals.report(ref, err)
+	}
+	return p, err
+}
+
+func (v *service) checked(ctx context.Context, ref *externalscaler.ScaledObjectRef) (params, error) {
 	p, err := parseParams(ref, v.s.opts.Tick, v.s.opts.MaxRateWindow)
 	if err != nil {
 		return p, err

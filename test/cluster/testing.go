@@ -63,6 +63,8 @@ type ScaledObject struct {
 	PollingInterval, CooldownPeriod int64
 	// Metadata of the trigger: scalerAddress and the scaler's own keys.
 	Metadata map[string]string
+	// AuthenticationRef of the trigger ({name, kind}), if any.
+	AuthenticationRef map[string]any
 	// HPABehavior, if set, is spec.advanced.horizontalPodAutoscalerConfig.behavior.
 	HPABehavior map[string]any
 	// FallbackReplicas, if above 0, is spec.fallback: KEDA keeps this many
@@ -89,6 +91,9 @@ func (c *Cluster) CreateScaledObject(ctx context.Context, so ScaledObject) error
 		"minReplicaCount": so.Min, "maxReplicaCount": so.Max,
 		"pollingInterval": polling, "cooldownPeriod": cooldown,
 		"triggers": []any{map[string]any{"type": "external-push", "metadata": meta}},
+	}
+	if so.AuthenticationRef != nil {
+		spec["triggers"].([]any)[0].(map[string]any)["authenticationRef"] = so.AuthenticationRef
 	}
 	if so.FallbackReplicas > 0 {
 		spec["fallback"] = map[string]any{"replicas": so.FallbackReplicas, "failureThreshold": so.FallbackFailures}

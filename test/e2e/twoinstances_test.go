@@ -21,20 +21,7 @@ import (
 // appear in the other's app namespace.
 func TestTwoInstances(t *testing.T) {
 	ctx := t.Context()
-	team1, err := install.Install(ctx, lc, install.Options{
-		Release: "team1", Namespace: "team1-ebb", GroupSuffix: "team1.example.com", Logf: t.Logf,
-		Set: []string{"webhook.replicas=1", "activator.replicas=1", "scaler.replicas=1"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		if err := team1.Uninstall(ctx, lc); err != nil {
-			t.Errorf("uninstall team1: %v", err)
-		}
-	})
+	team1 := installSecond(t, "team1", "team1.example.com")
 	apps := map[*install.Release]*install.AppAtZero{}
 	for _, inst := range []struct {
 		r       *install.Release
@@ -106,4 +93,26 @@ func TestTwoInstances(t *testing.T) {
 			}
 		}
 	}
+}
+
+// installSecond installs another release of the chart, one replica of each
+// component, with the group suffix and more values, and uninstalls it when
+// the test ends.
+func installSecond(t *testing.T, name, suffix string, set ...string) *install.Release {
+	t.Helper()
+	r, err := install.Install(t.Context(), lc, install.Options{
+		Release: name, Namespace: name + "-ebb", GroupSuffix: suffix, Logf: t.Logf,
+		Set: append([]string{"webhook.replicas=1", "activator.replicas=1", "scaler.replicas=1"}, set...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		if err := r.Uninstall(ctx, lc); err != nil {
+			t.Errorf("uninstall %s: %v", name, err)
+		}
+	})
+	return r
 }

@@ -113,8 +113,12 @@ func (r *Release) ScaledObject(ns, name string, s Scaling) cluster.ScaledObject 
 	if s.RateWindow != "" {
 		meta["rateWindow"] = s.RateWindow
 	}
-	return cluster.ScaledObject{Namespace: ns, Name: name, Min: 0, Max: s.Max, PollingInterval: s.PollingInterval, CooldownPeriod: s.Cooldown, Metadata: meta,
+	so := cluster.ScaledObject{Namespace: ns, Name: name, Min: 0, Max: s.Max, PollingInterval: s.PollingInterval, CooldownPeriod: s.Cooldown, Metadata: meta,
 		HPABehavior: s.HPABehavior, FallbackReplicas: s.FallbackReplicas, FallbackFailures: s.FallbackFailures}
+	if r.ScalerAuth != "" {
+		so.AuthenticationRef = map[string]any{"kind": "ClusterTriggerAuthentication", "name": r.ScalerAuth}
+	}
+	return so
 }
 
 // HandOffEndpoints counts the ready endpoints of the activator's hand-off

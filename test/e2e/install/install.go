@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -46,6 +47,9 @@ type Release struct {
 	// ScalerAddress is the scaler Service's address as the chart's NOTES
 	// give it, for a ScaledObject's scalerAddress.
 	ScalerAddress string
+	// ScalerAuth is the ClusterTriggerAuthentication a ScaledObject names
+	// when the release serves the scaler over TLS (scaler.tls.enabled).
+	ScalerAuth string
 	// Deployments are the chart's Deployments, webhook first.
 	Deployments []string
 }
@@ -121,6 +125,9 @@ func Install(ctx context.Context, c *cluster.Cluster, o Options) (*Release, erro
 		Name: o.Release, Namespace: o.Namespace, Names: names, Fullname: fullname,
 		ScalerAddress: fmt.Sprintf("%s-scaler.%s:9090", fullname, o.Namespace),
 		Deployments:   []string{fullname + "-webhook", fullname + "-activator", fullname + "-scaler"},
+	}
+	if slices.Contains(o.Set, "scaler.tls.enabled=true") {
+		r.ScalerAuth = fullname + "-scaler-tls." + o.GroupSuffix
 	}
 	o.Logf("helm install %s (%s) into %s in %s", o.Release, o.GroupSuffix, o.Namespace, time.Since(begin).Round(time.Millisecond))
 	for _, d := range r.Deployments {

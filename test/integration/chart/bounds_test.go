@@ -16,50 +16,54 @@ import (
 type bound struct {
 	value     string // helm --set
 	inside    bool
-	component string // webhook, activator or scaler
-	flag      string // the flag the value becomes, with its value: "--tick=5ms"
+	component string   // webhook, activator or scaler
+	flag      string   // the flag the value becomes, with its value: "--tick=5ms"
+	with      []string // more --set values the bound needs
 }
 
 // chartBounds is every bounded value of values.schema.json and
 // templates/_validate.tpl, at each bound and one past it. Ports are bounded
 // above only: the binaries take port 0 (any free port, for tests) where the
 // chart needs a fixed one.
+// selfSigned is the mode in which the webhook checks its certificate.
+var selfSigned = []string{"certManager.enabled=false"}
+
 var chartBounds = []bound{
-	{"activator.coldStartTimeout=1ms", true, "activator", "--cold-start-timeout=1ms"},
-	{"activator.coldStartTimeout=999us", false, "activator", "--cold-start-timeout=999us"},
-	{"activator.coldStartTimeout=1h", true, "activator", "--cold-start-timeout=1h"},
-	{"activator.coldStartTimeout=1h0m1s", false, "activator", "--cold-start-timeout=1h0m1s"},
-	{"activator.coldStartTimeout=2h", false, "activator", "--cold-start-timeout=2h"},
-	{"activator.drainTimeoutSeconds=0", true, "activator", "--drain-timeout=0s"},
-	{"activator.drainTimeoutSeconds=3600", true, "activator", "--drain-timeout=3600s"},
-	{"activator.drainTimeoutSeconds=3601", false, "activator", "--drain-timeout=3601s"},
-	{"activator.queueSize=1", true, "activator", "--queue-size=1"},
-	{"activator.queueSize=0", false, "activator", "--queue-size=0"},
-	{"activator.queueSize=1000000", true, "activator", "--queue-size=1000000"},
-	{"activator.queueSize=1000001", false, "activator", "--queue-size=1000001"},
-	{"activator.maxHeld=1000", true, "activator", "--max-held=1000"}, // = the default queueSize
-	{"activator.maxHeld=999", false, "activator", "--max-held=999"},
-	{"activator.port=65535", true, "activator", "--listen=:65535"},
-	{"activator.port=65536", false, "activator", "--listen=:65536"},
-	{"activator.adminPort=65536", false, "activator", "--admin-listen=:65536"},
-	{"sidecar.adminPort=65535", true, "webhook", "--sidecar-admin-port=65535"},
-	{"sidecar.adminPort=65536", false, "webhook", "--sidecar-admin-port=65536"},
-	{"sidecar.drainTimeout=0s", true, "webhook", "--sidecar-drain-timeout=0s"},
-	{"sidecar.drainTimeout=10m", true, "webhook", "--sidecar-drain-timeout=10m"},
-	{"sidecar.drainTimeout=10m1s", false, "webhook", "--sidecar-drain-timeout=10m1s"},
-	{"sidecar.drainTimeout=11m", false, "webhook", "--sidecar-drain-timeout=11m"},
-	{"webhook.port=65535", true, "webhook", "--webhook-port=65535"},
-	{"webhook.port=65536", false, "webhook", "--webhook-port=65536"},
-	{"webhook.certCheckInterval=1m", true, "webhook", "--cert-check-interval=1m"},
-	{"webhook.certCheckInterval=59s", false, "webhook", "--cert-check-interval=59s"},
-	{"scaler.tick=10ms", true, "scaler", "--tick=10ms"},
-	{"scaler.tick=9ms", false, "scaler", "--tick=9ms"},
-	{"scaler.tick=5ms", false, "scaler", "--tick=5ms"},
-	{"scaler.tick=1m", true, "scaler", "--tick=1m"},
-	{"scaler.tick=1m1s", false, "scaler", "--tick=1m1s"},
-	{"scaler.port=65535", true, "scaler", "--grpc-addr=:65535"},
-	{"scaler.port=65536", false, "scaler", "--grpc-addr=:65536"},
-	{"scaler.adminPort=65536", false, "scaler", "--admin-addr=:65536"},
+	{"activator.coldStartTimeout=1ms", true, "activator", "--cold-start-timeout=1ms", nil},
+	{"activator.coldStartTimeout=999us", false, "activator", "--cold-start-timeout=999us", nil},
+	{"activator.coldStartTimeout=1h", true, "activator", "--cold-start-timeout=1h", nil},
+	{"activator.coldStartTimeout=1h0m1s", false, "activator", "--cold-start-timeout=1h0m1s", nil},
+	{"activator.coldStartTimeout=2h", false, "activator", "--cold-start-timeout=2h", nil},
+	{"activator.drainTimeoutSeconds=0", true, "activator", "--drain-timeout=0s", nil},
+	{"activator.drainTimeoutSeconds=3600", true, "activator", "--drain-timeout=3600s", nil},
+	{"activator.drainTimeoutSeconds=3601", false, "activator", "--drain-timeout=3601s", nil},
+	{"activator.queueSize=1", true, "activator", "--queue-size=1", nil},
+	{"activator.queueSize=0", false, "activator", "--queue-size=0", nil},
+	{"activator.queueSize=1000000", true, "activator", "--queue-size=1000000", []string{"activator.maxHeld=1000000"}},
+	{"activator.queueSize=1000001", false, "activator", "--queue-size=1000001", nil},
+	{"activator.maxHeld=1000", true, "activator", "--max-held=1000", nil}, // = the default queueSize
+	{"activator.maxHeld=999", false, "activator", "--max-held=999", nil},
+	{"activator.port=65535", true, "activator", "--listen=:65535", nil},
+	{"activator.port=65536", false, "activator", "--listen=:65536", nil},
+	{"activator.adminPort=65536", false, "activator", "--admin-listen=:65536", nil},
+	{"sidecar.adminPort=65535", true, "webhook", "--sidecar-admin-port=65535", nil},
+	{"sidecar.adminPort=65536", false, "webhook", "--sidecar-admin-port=65536", nil},
+	{"sidecar.drainTimeout=0s", true, "webhook", "--sidecar-drain-timeout=0s", nil},
+	{"sidecar.drainTimeout=10m", true, "webhook", "--sidecar-drain-timeout=10m", nil},
+	{"sidecar.drainTimeout=10m1s", false, "webhook", "--sidecar-drain-timeout=10m1s", nil},
+	{"sidecar.drainTimeout=11m", false, "webhook", "--sidecar-drain-timeout=11m", nil},
+	{"webhook.port=65535", true, "webhook", "--webhook-port=65535", nil},
+	{"webhook.port=65536", false, "webhook", "--webhook-port=65536", nil},
+	{"webhook.certCheckInterval=1m", true, "webhook", "--cert-check-interval=1m", selfSigned},
+	{"webhook.certCheckInterval=59s", false, "webhook", "--cert-check-interval=59s", selfSigned},
+	{"scaler.tick=10ms", true, "scaler", "--tick=10ms", nil},
+	{"scaler.tick=9ms", false, "scaler", "--tick=9ms", nil},
+	{"scaler.tick=5ms", false, "scaler", "--tick=5ms", nil},
+	{"scaler.tick=1m", true, "scaler", "--tick=1m", nil},
+	{"scaler.tick=1m1s", false, "scaler", "--tick=1m1s", nil},
+	{"scaler.port=65535", true, "scaler", "--grpc-addr=:65535", nil},
+	{"scaler.port=65536", false, "scaler", "--grpc-addr=:65536", nil},
+	{"scaler.adminPort=65536", false, "scaler", "--admin-addr=:65536", nil},
 }
 
 // TestBoundsMatchTheBinaries: every value the chart accepts at a bound is
@@ -73,7 +77,7 @@ func TestBoundsMatchTheBinaries(t *testing.T) {
 		t.Run(b.value, func(t *testing.T) {
 			key, _, _ := strings.Cut(b.value, "=")
 			if b.inside {
-				objs := render(t, release{name: defaultRelease.name, namespace: defaultRelease.namespace, sets: []string{b.value}})
+				objs := render(t, release{name: defaultRelease.name, namespace: defaultRelease.namespace, sets: append([]string{b.value}, b.with...)})
 				d := find(t, objs, "Deployment", fullname(defaultRelease)+"-"+b.component)
 				args := containerArgs(t, d)
 				if !contains(args, b.flag) {
@@ -84,16 +88,23 @@ func TestBoundsMatchTheBinaries(t *testing.T) {
 				}
 				return
 			}
-			_, stderr, err := helm(t, "template", defaultRelease.name, chartDir(t), "--namespace", defaultRelease.namespace, "--set", b.value)
+			args := []string{"template", defaultRelease.name, chartDir(t), "--namespace", defaultRelease.namespace, "--set", b.value}
+			for _, w := range b.with {
+				args = append(args, "--set", w)
+			}
+			_, stderr, err := helm(t, args...)
 			if err == nil {
 				t.Errorf("the chart accepts %s", b.value)
 			} else if last := key[strings.LastIndex(key, ".")+1:]; !strings.Contains(stderr, last) {
 				t.Errorf("the chart refuses %s without naming %s:\n%s", b.value, last, stderr)
 			}
-			d := find(t, def, "Deployment", fullname(defaultRelease)+"-"+b.component)
+			base := def
+			if len(b.with) > 0 {
+				base = render(t, release{name: defaultRelease.name, namespace: defaultRelease.namespace, sets: b.with})
+			}
+			d := find(t, base, "Deployment", fullname(defaultRelease)+"-"+b.component)
 			name, _, _ := strings.Cut(b.flag, "=")
-			args := append(withoutFlag(containerArgs(t, d), name), b.flag)
-			if err := parseAs(t, b.component, d, args); err == nil {
+			if err := parseAs(t, b.component, d, append(withoutFlag(containerArgs(t, d), name), b.flag)); err == nil {
 				t.Errorf("ebb-%s accepts %s, which the chart refuses", b.component, b.flag)
 			}
 		})

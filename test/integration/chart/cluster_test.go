@@ -44,13 +44,13 @@ func TestServerSideDryRun(t *testing.T) {
 	dyn, mapper := clients(t, c)
 	for _, r := range []release{
 		{name: "ebb", namespace: "ebb-system"},
-		{name: "team1", namespace: "team1-ebb", sets: []string{"groupSuffix=team1.example.com", "certManager.enabled=false",
+		{name: "team1", namespace: "team1-ebb", sets: []string{"groupSuffix=team1.example.com", "certManager.enabled=false", "scaler.tls.enabled=true",
 			"serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}},
 		{name: "corp", namespace: "corp-ebb", sets: []string{"groupSuffix=corp.example.com", "certManager.issuerRef.name=corp-ca",
 			"certManager.issuerRef.kind=ClusterIssuer", "webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=2", "webhook.replicas=1"}},
 	} {
 		t.Run(r.name, func(t *testing.T) {
-			for _, ns := range []string{r.namespace, "shop"} {
+			for _, ns := range []string{r.namespace, "shop", "keda"} {
 				if err := c.EnsureNamespace(ctx, ns, restricted); err != nil {
 					t.Fatal(err)
 				}
@@ -99,8 +99,9 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 }
 
-// applyOptionalCRDs installs cert-manager's and the Prometheus Operator's
-// ServiceMonitor and PodMonitor CRDs from their Go modules (the module cache or proxy).
+// applyOptionalCRDs installs cert-manager's, the Prometheus Operator's
+// ServiceMonitor and PodMonitor, and KEDA's CRDs from their Go modules (the
+// module cache or proxy).
 func applyOptionalCRDs(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
@@ -119,6 +120,10 @@ func applyOptionalCRDs(t *testing.T, c *cluster.Cluster) {
 		}
 	}
 	if err := c.ApplyCRDs(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	// KEDA's, for scaler.tls's ClusterTriggerAuthentication.
+	if err := c.ApplyCRDs(ctx, filepath.Join(cluster.MustModuleDir(t, "github.com/kedacore/keda/v2"), "config", "crd", "bases")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -285,7 +290,8 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 	}
 
 	scalerAllowed := []access{{"list", "", "pods", "", "", ""}, {"watch", "", "pods", "", "", ""},
-		{"get", group, "approutes", "", "shop", "hello"}, {"list", group, "approutes", "", "shop", ""}}
+		{"get", group, "approutes", "", "shop", "hello"}, {"list", group, "approutes", "", "shop", ""},
+		{"get", "keda.sh", "scaledobjects", "", "shop", "hello"}, {"create", "events.k8s.io", "events", "", "shop", ""}}
 	scalerDenied := []access{
 		{"get", "", "pods", "", "shop", "hello"}, {"create", "", "pods", "", "shop", ""}, {"list", "", "services", "", "", ""},
 		{"list", "routing.ebb.dev", "approutes", "", "shop", ""}, {"update", group, "approutes", "", "shop", "hello"},

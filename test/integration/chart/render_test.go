@@ -204,13 +204,13 @@ func TestCustomSuffixLeavesNoDefault(t *testing.T) {
 }
 
 // standardKeys are label and annotation keys every chart shares by design.
-var standardKeys = regexp.MustCompile(`^(app\.kubernetes\.io/[a-z-]+|helm\.sh/chart|cert-manager\.io/inject-ca-from|kubernetes\.io/(hostname|metadata\.name)|rbac\.authorization\.k8s\.io/aggregate-to-(view|edit|admin)|grafana_dashboard|controller-gen\.kubebuilder\.io/version)$`)
+var standardKeys = regexp.MustCompile(`^(app\.kubernetes\.io/[a-z-]+|helm\.sh/(chart|resource-policy)|cert-manager\.io/inject-ca-from|kubernetes\.io/(hostname|metadata\.name)|rbac\.authorization\.k8s\.io/aggregate-to-(view|edit|admin)|grafana_dashboard|controller-gen\.kubebuilder\.io/version)$`)
 
 // TestTwoReleasesShareNothing: a second instance (other suffix, other
 // namespace) shares no cluster-scoped name, no ebb label or annotation key
 // and no CRD with the first; every ebb key carries its own suffix.
 func TestTwoReleasesShareNothing(t *testing.T) {
-	extra := []string{"serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}
+	extra := []string{"scaler.tls.enabled=true", "serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}
 	for _, certManager := range []string{"true", "false"} {
 		a := release{name: "ebb", namespace: "ebb-system", sets: append([]string{"certManager.enabled=" + certManager}, extra...)}
 		b := release{name: "team1", namespace: "team1-ebb", sets: append([]string{"certManager.enabled=" + certManager, "groupSuffix=team1.example.com"}, extra...)}
@@ -300,7 +300,7 @@ func ebbKeys(objs []*unstructured.Unstructured) []string {
 				if last == "labels" || last == "annotations" || last == "matchLabels" {
 					seen[k] = true
 				}
-				if k == "key" && last == "" {
+				if k == "key" && last == "" && len(path) > 1 && path[len(path)-2] == "matchExpressions" {
 					if s, ok := child.(string); ok {
 						seen[s] = true
 					}
@@ -439,6 +439,16 @@ func TestCRDMatchesConfig(t *testing.T) {
 		wantCRD.SetName("approutes.routing." + suffix)
 		if err := unstructured.SetNestedField(wantCRD.Object, "routing."+suffix, "spec", "group"); err != nil {
 			t.Fatal(err)
+		}
+		// What the chart changes on purpose: uninstall keeps it, and each
+		// instance answers to its own short name and category.
+		annotations := wantCRD.GetAnnotations()
+		annotations["helm.sh/resource-policy"] = "keep"
+		wantCRD.SetAnnotations(annotations)
+		if suffix != "ebb.dev" {
+			id := strings.ReplaceAll(suffix, ".", "-")
+			_ = unstructured.SetNestedStringSlice(wantCRD.Object, []string{"ar-" + id}, "spec", "names", "shortNames")
+			_ = unstructured.SetNestedStringSlice(wantCRD.Object, []string{"ebb-" + id}, "spec", "names", "categories")
 		}
 		if diff := cmp.Diff(wantCRD.Object, rendered.Object); diff != "" {
 			t.Errorf("suffix %s: CRD (-config, renamed +chart):\n%s", suffix, diff)

@@ -70,7 +70,8 @@ func TestUpgradeKeepsTheSuffix(t *testing.T) {
 		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), r.namespace, metav1.DeleteOptions{})
 	})
 	dyn, mapper := clients(t, c)
-	d := find(t, render(t, r), "Deployment", "ebb-webhook") // as installed, with groupSuffix ebb.dev
+	d := find(t, render(t, r), "Deployment", "ebb-webhook") // as helm installed it, with groupSuffix ebb.dev
+	d.SetAnnotations(map[string]string{"meta.helm.sh/release-name": r.name, "meta.helm.sh/release-namespace": r.namespace})
 	mapping, err := mapper.RESTMapping(d.GroupVersionKind().GroupKind(), d.GroupVersionKind().Version)
 	if err != nil {
 		t.Fatal(err)

@@ -32,24 +32,7 @@ func TestKEDAScalesAppOnItsCounts(t *testing.T) {
 	}
 	installAppRoutes(t, ns, app) // as ebb's webhook makes it
 
-	opts := scaler.DefaultOptions()
-	opts.RestConfig = lc.RestConfig
-	opts.GRPCAddr, opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
-	log := testr.New(t)
-	opts.Logger = &log
-	s, err := scaler.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("scaler.Run: %v", err)
-		}
-	})
+	s := startScaler(t)
 
 	if _, err := lc.Client.AppsV1().Deployments(ns).Create(ctx, fixtures.App(names, ns, app, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -70,7 +53,7 @@ func TestKEDAScalesAppOnItsCounts(t *testing.T) {
 
 	// An activator holds a request for the app: the scaler hears it at once
 	// and KEDA wakes the app.
-	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: "ebb-system/test-activator", Log: log})
+	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: "ebb-system/test-activator", Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,11 +48,12 @@ func installAppRoutes(t *testing.T, ns string, apps ...string) {
 	}
 }
 
-// TestKEDAShowsScalerRefusals: a ScaledObject whose app names no AppRoute,
-// and one that misspells a metadata key, are refused by the scaler with
-// what to fix, and the real KEDA operator shows the refusal on the
-// ScaledObject (Warning events KEDAScalerFailed, kubectl describe).
-func TestKEDAShowsScalerRefusals(t *testing.T) {
+// TestScalerRefusalsReachTheScaledObject: a ScaledObject whose app names no
+// AppRoute, and one that misspells a metadata key, are refused by the
+// scaler with what to fix when the real KEDA operator asks, and the refusal
+// shows on the ScaledObject as a Warning event ScalerRefused (kubectl
+// describe scaledobject): KEDA v2.21 itself only logs it.
+func TestScalerRefusalsReachTheScaledObject(t *testing.T) {
 	ctx := t.Context()
 	const ns = "scaler-refusals"
 	if err := lc.EnsureNamespace(ctx, ns, nil); err != nil {
@@ -60,24 +61,7 @@ func TestKEDAShowsScalerRefusals(t *testing.T) {
 	}
 	installAppRoutes(t, ns, "hello", "world")
 
-	opts := scaler.DefaultOptions()
-	opts.RestConfig = lc.RestConfig
-	opts.GRPCAddr, opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
-	log := testr.New(t)
-	opts.Logger = &log
-	s, err := scaler.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("scaler.Run: %v", err)
-		}
-	})
+	s := startScaler(t)
 
 	names := groupsuffix.MustNew(groupsuffix.Default)
 	for name, tc := range map[string]struct {
@@ -102,8 +86,8 @@ func TestKEDAShowsScalerRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		var seen string
-		err := cluster.WaitFor(ctx, 60*time.Second, "KEDA to show the scaler's refusal of ScaledObject "+name, func(ctx context.Context) (bool, error) {
-			events, err := lc.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=KEDAScalerFailed"})
+		err := cluster.WaitFor(ctx, 60*time.Second, "the scaler's refusal of ScaledObject "+name+" on it", func(ctx context.Context) (bool, error) {
+			events, err := lc.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ScaledObject,involvedObject.name=" + name + ",reason=ScalerRefused"})
 			if err != nil {
 				return false, err
 			}
@@ -116,7 +100,7 @@ func TestKEDAShowsScalerRefusals(t *testing.T) {
 			return false, nil
 		})
 		if err != nil {
-			t.Errorf("%v; last KEDAScalerFailed event: %q", err, seen)
+			t.Errorf("%v; last ScalerRefused event: %q", err, seen)
 		}
 	}
 }
@@ -128,4 +112,29 @@ func containsAll(s string, subs []string) bool {
 		}
 	}
 	return true
+}
+
+// startScaler runs ebb-scaler in the test process against the local
+// cluster, on loopback ports, until the test ends.
+func startScaler(t *testing.T) *scaler.Scaler {
+	t.Helper()
+	opts := scaler.DefaultOptions()
+	opts.RestConfig = lc.RestConfig
+	opts.GRPCAddr, opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0"
+	log := testr.New(t)
+	opts.Logger = &log
+	s, err := scaler.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("scaler.Run: %v", err)
+		}
+	})
+	return s
 }
