@@ -10,10 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ebb-dev/ebb/test/repo"
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ebb-dev/ebb/test/docs"
+	"github.com/ebb-dev/ebb/test/repo"
 )
 
 var (
@@ -528,7 +530,7 @@ func TestDashboard(t *testing.T) {
 	if got := ofKind(render(t, defaultRelease), "ConfigMap"); len(got) != 0 {
 		t.Errorf("dashboard off by default, got %s", ids(got))
 	}
-	exported := exportedMetrics(t)
+	exported := docs.ExportedMetrics(t)
 	uids := map[string]string{}
 	for _, r := range []release{
 		{name: "ebb", namespace: "ebb-system", sets: []string{"dashboard.enabled=true"}},
@@ -586,31 +588,6 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 	}
-}
-
-// exportedMetrics are the ebb_* names in the components' Go source.
-func exportedMetrics(t *testing.T) map[string]bool {
-	out := map[string]bool{}
-	re := regexp.MustCompile(`"(ebb_[a-z_]+)"`)
-	for _, dir := range []string{"activator", "scaler", "sidecar", "webhook", "internal"} {
-		err := filepath.WalkDir(filepath.Join(repo.MustRoot(t), dir), func(p string, e os.DirEntry, err error) error {
-			if err != nil || e.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-				return err
-			}
-			b, err := os.ReadFile(p)
-			for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-				out[m[1]] = true
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(out) == 0 {
-		t.Fatal("found no ebb_ metric in the components' source")
-	}
-	return out
 }
 
 // TestNetworkPolicy: the app pods' sidecar data port is open to anyone,
