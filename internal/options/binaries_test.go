@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ebb-dev/ebb/activator"
+	"github.com/ebb-dev/ebb/check"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/scaler"
 	"github.com/ebb-dev/ebb/sidecar"
@@ -26,6 +27,11 @@ func adapt[O any](parse func([]string, func(string) string) (O, error)) func([]s
 	return func(args []string, getenv func(string) string) error { _, err := parse(args, getenv); return err }
 }
 
+// withArgs gives parse the flags a binary requires before the test's own.
+func withArgs(parse func([]string, func(string) string) error, required ...string) func([]string, func(string) string) error {
+	return func(args []string, getenv func(string) string) error { return parse(append(required, args...), getenv) }
+}
+
 func usage[T any, P interface {
 	*T
 	options.Options
@@ -38,6 +44,8 @@ var binaries = []binary{
 	{name: "ebb-activator", parse: adapt(activator.ParseOptions), usage: usage("ebb-activator", activator.DefaultOptions), kube: true, leader: true},
 	{name: "ebb-scaler", parse: adapt(scaler.ParseOptions), usage: usage("ebb-scaler", scaler.DefaultOptions), kube: true},
 	{name: "ebb-webhook", parse: adapt(webhook.ParseOptions), usage: usage("ebb-webhook", webhook.DefaultOptions), kube: true, leader: true},
+	{name: "ebb-check", parse: withArgs(adapt(check.ParseOptions), "--app-namespace=ns", "--app-selector=app=x", "--app-url=http://app.ns.svc/",
+		"--scaler-address=scaler.ebb-system:9090", "--activator-url=http://activator.ebb-system:8081/readyz"), usage: usage("ebb-check", check.DefaultOptions), kube: true},
 }
 
 // TestOneVocabulary: every binary takes the same log, kubeconfig and

@@ -206,6 +206,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 type pkiPaths struct {
 	ca, serverCert, serverKey, proxyCert, proxyKey, saPub, saKey string
+	kubeletClientCert, kubeletClientKey                          string // the API server's, towards kubelets (logs, exec)
 }
 
 func (c *Cluster) writePKI() (pkiPaths, error) {
@@ -235,6 +236,13 @@ func (c *Cluster) writePKI() (pkiPaths, error) {
 		return p, err
 	}
 	if p.proxyCert, p.proxyKey, err = proxy.write(dir, "front-proxy-client"); err != nil {
+		return p, err
+	}
+	kubeletClient, err := ca.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return p, err
+	}
+	if p.kubeletClientCert, p.kubeletClientKey, err = kubeletClient.write(dir, "apiserver-kubelet-client"); err != nil {
 		return p, err
 	}
 	if p.saPub, p.saKey, err = writeServiceAccountKeys(dir); err != nil {
@@ -349,6 +357,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin string, pki pkiPaths) 
 		"--requestheader-username-headers", "X-Remote-User", "--requestheader-group-headers", "X-Remote-Group",
 		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
 		"--proxy-client-cert-file", pki.proxyCert, "--proxy-client-key-file", pki.proxyKey,
+		// kubectl logs and exec: the node by its address (its name is not
+		// in any DNS here), with a certificate the kubelet's x509
+		// authentication takes.
+		"--kubelet-preferred-address-types", "InternalIP",
+		"--kubelet-client-certificate", pki.kubeletClientCert, "--kubelet-client-key", pki.kubeletClientKey,
 		"--allow-privileged=true", "--profiling=false",
 		"--cert-dir", filepath.Join(c.Dir, "pki", "apiserver-generated"),
 		"--v=1",

@@ -174,7 +174,7 @@ func TestActivatorKilledWhileHolding(t *testing.T) {
 		t.Fatalf("%v (the survivor must take the hand-off over, not wait the Lease out)", err)
 	}
 	t.Logf("hand-off slice without the killed activator %v after the kill", time.Since(killed).Round(time.Millisecond))
-	time.Sleep(1500 * time.Millisecond) // kube-proxy's minimum sync period is 1 s
+	time.Sleep(kubeProxyLag) // kube-proxy's sync period and its time to apply (1.5 s was too short in a CI run: 3 refused)
 	after := install.Send(ctx, a.URL, a.Host, n, 60*time.Second)
 	wg.Wait()
 	if err := install.Failures(after); err != nil {

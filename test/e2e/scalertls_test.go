@@ -37,6 +37,9 @@ func TestScalerTLS(t *testing.T) {
 		t.Fatalf("of 10 requests at zero, not 200 (KEDA or the activator could not reach the scaler?):\n%v\n%s", err, r.Diagnose(ctx, lc, a.Namespace, a.Name))
 	}
 	t.Logf("cold start with KEDA and the activator on TLS to the scaler: 10 × 200")
+	if out, err := r.Test(ctx, lc); err != nil {
+		t.Errorf("helm test with scaler.tls.enabled: %v\n%s", err, out)
+	}
 
 	pods, err := lc.Client.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ebb-scaler,app.kubernetes.io/instance=" + r.Name})
 	if err != nil || len(pods.Items) == 0 {

@@ -41,6 +41,7 @@ var images = []image{
 	{"ebb-activator", "./cmd/ebb-activator"},
 	{"ebb-scaler", "./cmd/ebb-scaler"},
 	{"ebb-sidecar", "./cmd/ebb-sidecar"},
+	{"ebb-check", "./cmd/ebb-check"},
 	{"ebb-test-app", "./test/app"},
 	{"ebb-pause", "./test/pause"},
 }

@@ -1,5 +1,5 @@
 // Command images is what `make images` runs: it builds ebb's OCI images
-// (ebb-webhook, ebb-activator, ebb-scaler, ebb-sidecar, ebb-test-app and
+// (ebb-webhook, ebb-activator, ebb-scaler, ebb-sidecar, ebb-check, ebb-test-app and
 // ebb-pause) with ko, without a Docker engine. It makes their base image
 // itself: one layer with passwd and group (root, and nonroot 65532 whom the
 // images run as), /tmp, /home/nonroot and the build machine's CA

@@ -69,6 +69,8 @@ func values(o Options) []string {
 		"activator.image.tag=" + ImageTag,
 		"scaler.image.tag=" + ImageTag,
 		"sidecar.image.tag=" + ImageTag,
+		"test.image.tag=" + ImageTag,
+		"test.appImage.tag=" + ImageTag,
 	}
 }
 
@@ -164,6 +166,12 @@ func caBundleSet(mwc *admissionregistrationv1.MutatingWebhookConfiguration) bool
 }
 
 // Uninstall runs `helm uninstall` and waits until the release's pods are gone.
+// Test runs `helm test` on the release (ebb-check) and returns its output
+// with the check's log.
+func (r *Release) Test(ctx context.Context, c *cluster.Cluster) (string, error) {
+	return Helm(ctx, c, "test", r.Name, "--namespace", r.Namespace, "--kubeconfig", c.Kubeconfig, "--timeout", "4m", "--logs")
+}
+
 func (r *Release) Uninstall(ctx context.Context, c *cluster.Cluster) error {
 	if _, err := Helm(ctx, c, "uninstall", r.Name, "--namespace", r.Namespace, "--kubeconfig", c.Kubeconfig); err != nil {
 		return err

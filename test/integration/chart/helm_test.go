@@ -71,20 +71,36 @@ func helm(t testing.TB, args ...string) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
-// templateText renders r with `helm template`.
+// templateText renders r with `helm template`: what `helm install` creates
+// (no test hooks).
 func templateText(t testing.TB, r release) string {
 	t.Helper()
-	out, _, err := helm(t, append([]string{"template"}, r.args()...)...)
+	out, _, err := helm(t, append([]string{"template", "--skip-tests"}, r.args()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-// render renders r and decodes every object.
+// render renders r and decodes every object `helm install` creates.
 func render(t testing.TB, r release) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := decode(templateText(t, r))
+	return decodeText(t, r, templateText(t, r))
+}
+
+// renderWithTests renders r with the objects of `helm test` too.
+func renderWithTests(t testing.TB, r release) []*unstructured.Unstructured {
+	t.Helper()
+	out, _, err := helm(t, append([]string{"template"}, r.args()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeText(t, r, out)
+}
+
+func decodeText(t testing.TB, r release, text string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := decode(text)
 	if err != nil {
 		t.Fatalf("decode the rendering of %s: %v", r.name, err)
 	}

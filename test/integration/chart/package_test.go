@@ -28,7 +28,7 @@ func TestPackageAsReleased(t *testing.T) {
 	// The Deployments' images, and the sidecar's, which the webhook is
 	// told by a flag.
 	var images []string
-	for _, d := range ofKind(objs, "Deployment") {
+	for _, d := range append(ofKind(objs, "Deployment"), ofKind(objs, "Pod")...) { // Pod: helm test's
 		for _, c := range containers(t, d) {
 			images = append(images, c["image"].(string))
 			for _, a := range c["args"].([]any) {
@@ -41,8 +41,10 @@ func TestPackageAsReleased(t *testing.T) {
 	slices.Sort(images)
 	want := []string{
 		"ghcr.io/ebb-dev/ebb-activator:1.2.3",
+		"ghcr.io/ebb-dev/ebb-check:1.2.3",
 		"ghcr.io/ebb-dev/ebb-scaler:1.2.3",
 		"ghcr.io/ebb-dev/ebb-sidecar:1.2.3",
+		"ghcr.io/ebb-dev/ebb-test-app:1.2.3",
 		"ghcr.io/ebb-dev/ebb-webhook:1.2.3",
 	}
 	if !slices.Equal(images, want) {

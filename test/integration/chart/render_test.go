@@ -206,7 +206,7 @@ func TestCustomSuffixLeavesNoDefault(t *testing.T) {
 }
 
 // standardKeys are label and annotation keys every chart shares by design.
-var standardKeys = regexp.MustCompile(`^(app\.kubernetes\.io/[a-z-]+|helm\.sh/(chart|resource-policy)|cert-manager\.io/inject-ca-from|kubernetes\.io/(hostname|metadata\.name)|rbac\.authorization\.k8s\.io/aggregate-to-(view|edit|admin)|grafana_dashboard|controller-gen\.kubebuilder\.io/version)$`)
+var standardKeys = regexp.MustCompile(`^(app\.kubernetes\.io/[a-z-]+|helm\.sh/(chart|resource-policy)|cert-manager\.io/inject-ca-from|kubernetes\.io/(hostname|metadata\.name)|rbac\.authorization\.k8s\.io/aggregate-to-(view|edit|admin)|pod-security\.kubernetes\.io/enforce|grafana_dashboard|controller-gen\.kubebuilder\.io/version)$`)
 
 // TestTwoReleasesShareNothing: a second instance (other suffix, other
 // namespace) shares no cluster-scoped name, no ebb label or annotation key
@@ -668,7 +668,11 @@ func testNetworkPolicy(t *testing.T, r release, allowOther bool) {
 
 func containers(t testing.TB, d *unstructured.Unstructured) []map[string]any {
 	t.Helper()
-	cs, _, err := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	path := []string{"spec", "template", "spec", "containers"}
+	if d.GetKind() == "Pod" {
+		path = []string{"spec", "containers"}
+	}
+	cs, _, err := unstructured.NestedSlice(d.Object, path...)
 	if err != nil || len(cs) == 0 {
 		t.Fatalf("%s: no containers (%v)", id(d), err)
 	}
