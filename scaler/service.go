@@ -39,10 +39,9 @@ func (v *service) checked(ctx context.Context, ref *externalscaler.ScaledObjectR
 	if err != nil {
 		return p, err
 	}
-	now := time.Now()
-	if f := v.figures(p, now); f.pods == 0 && f.held == 0 && f.bypassedPods == 0 {
+	if !v.s.reg.present(p.app) {
 		// No pod and nothing held: at zero, or no such app at all.
-		if err := v.s.routes.check(ctx, p.app, now); err != nil {
+		if err := v.s.routes.check(ctx, p.app, time.Now()); err != nil {
 			return params{}, err
 		}
 	}

@@ -234,6 +234,18 @@ func (r *registry) withApp(k appKey, now time.Time, f func(*app)) {
 	f(a)
 }
 
+// present tells whether an app has a pod (with a sidecar or without) or
+// held requests.
+func (r *registry) present(k appKey) bool {
+	a := r.lookup(k)
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pods > 0 || a.held > 0 || a.bypassedPods > 0
+}
+
 // setHeld is the holdpush callback: it must not block.
 func (r *registry) setHeld(k appKey, held int64, now time.Time) {
 	r.withApp(k, now, func(a *app) {

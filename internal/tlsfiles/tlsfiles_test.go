@@ -3,7 +3,6 @@ package tlsfiles_test
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -11,36 +10,6 @@ import (
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
 	"github.com/ebb-dev/ebb/internal/tlsfiles/tlstest"
 )
-
-// handshake serves one TLS connection with server and dials it with
-// client, returning the client's error and the serial of the server's
-// certificate.
-func handshake(t *testing.T, server, client *tls.Config) (string, error) {
-	t.Helper()
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		c, err := lis.Accept()
-		if err == nil {
-			_ = c.(*tls.Conn).Handshake()
-			_, _ = c.Write([]byte("x")) // the client learns of a refused certificate on its first read
-			c.Close()
-		}
-	}()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", lis.Addr().String(), client)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Read(make([]byte, 1)); err != nil {
-		return "", err
-	}
-	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
-}
 
 func TestMutualTLS(t *testing.T) {
 	f := tlstest.Issue(t, t.TempDir(), "ebb-scaler.ebb-system.svc")
@@ -52,20 +21,20 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := handshake(t, server, client); err != nil {
+	if _, err := tlstest.Handshake(server, client); err != nil {
 		t.Fatalf("client with a certificate: %v", err)
 	}
 	anonymous, _ := tlsfiles.Client(f.CA, "", "", f.ServerName)
-	if _, err := handshake(t, server, anonymous); err == nil {
+	if _, err := tlstest.Handshake(server, anonymous); err == nil {
 		t.Error("a client without a certificate was served")
 	}
 	wrongName, _ := tlsfiles.Client(f.CA, f.ClientCert, f.ClientKey, "someone-else")
-	if _, err := handshake(t, server, wrongName); err == nil {
+	if _, err := tlstest.Handshake(server, wrongName); err == nil {
 		t.Error("a client trusted a certificate for another name")
 	}
 	stranger := tlstest.Issue(t, t.TempDir(), "ebb-scaler.ebb-system.svc")
 	strangerClient, _ := tlsfiles.Client(f.CA, stranger.ClientCert, stranger.ClientKey, f.ServerName)
-	if _, err := handshake(t, server, strangerClient); err == nil {
+	if _, err := tlstest.Handshake(server, strangerClient); err == nil {
 		t.Error("a client certificate from another CA was accepted")
 	}
 }
@@ -79,7 +48,7 @@ func TestRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, _ := tlsfiles.Client(f.CA, "", "", f.ServerName)
-	first, err := handshake(t, server, client)
+	first, err := tlstest.Handshake(server, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +59,13 @@ func TestRotation(t *testing.T) {
 	if err := os.WriteFile(f.ServerKey, key, 0o600); err != nil { // mid-rotation: new cert, old key
 		t.Fatal(err)
 	}
-	if got, err := handshake(t, server, client); err != nil || got != first {
+	if got, err := tlstest.Handshake(server, client); err != nil || got != first {
 		t.Errorf("mid-rotation: serial %s (%v), want the previous pair's %s", got, err, first)
 	}
 	if err := os.WriteFile(f.ServerKey, newKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := handshake(t, server, client); err != nil || got == first {
+	if got, err := tlstest.Handshake(server, client); err != nil || got == first {
 		t.Errorf("after rotation: serial %s (%v), want a new one", got, err)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -83,4 +85,34 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// Handshake completes one TLS handshake between server and client over
+// loopback, the client reading a byte so that a certificate the server
+// refuses fails it too, and returns the serial number of the server's
+// certificate.
+func Handshake(server, client *tls.Config) (string, error) {
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", server)
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	go func() {
+		c, err := lis.Accept()
+		if err == nil {
+			_ = c.(*tls.Conn).Handshake()
+			_, _ = c.Write([]byte("x"))
+			c.Close()
+		}
+	}()
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", lis.Addr().String(), client)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		return "", err
+	}
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ebb-dev/ebb/check"
+	"github.com/ebb-dev/ebb/internal/tlsfiles/tlstest"
 )
 
 // TestHelmTestHook: every object of `helm test` is a test hook (helm
@@ -37,22 +38,28 @@ func TestHelmTestHook(t *testing.T) {
 			t.Errorf("the test app's namespace is not opted in: %v", ns.GetLabels())
 		}
 		pod := find(t, objs, "Pod", "team1-ebb-check")
+		// The mounted client files, as the pod has them.
+		f := tlstest.Issue(t, t.TempDir(), "team1-ebb-scaler.team1-ebb")
+		mounted := map[string]string{"ca.crt": f.CA, "tls.crt": f.ClientCert, "tls.key": f.ClientKey}
 		args := containerArgs(t, pod)
 		var files []string
 		for i, a := range args {
-			if _, path, ok := strings.Cut(a, "=/var/run/ebb/scaler-client/"); ok {
-				files = append(files, path)
-				args[i] = strings.Replace(a, "/var/run/ebb/scaler-client/", "testdata-missing/", 1)
+			if flag, file, ok := strings.Cut(a, "=/var/run/ebb/scaler-client/"); ok {
+				files = append(files, file)
+				args[i] = flag + "=" + mounted[file]
 			}
 		}
 		if tls != (len(files) == 3) {
 			t.Errorf("scaler.tls.enabled=%v, ebb-check gets the client files %q", tls, files)
 		}
 		o, err := check.ParseOptions(args, func(string) string { return "" })
-		if err != nil && !tls { // with TLS the files are only in the pod
+		if err != nil {
 			t.Errorf("ebb-check refuses the chart's args: %v", err)
 		}
-		if !tls && (o.ScalerAddress != "team1-ebb-scaler.team1-ebb:9090" || o.AppSelector != "team1.example.com/app=ebb-check-app") {
+		if tls && o.ScalerCertFile == "" {
+			t.Errorf("scaler.tls.enabled, and ebb-check has no client certificate: %q", args)
+		}
+		if o.ScalerAddress != "team1-ebb-scaler.team1-ebb:9090" || o.AppSelector != "team1.example.com/app=ebb-check-app" {
 			t.Errorf("ebb-check asks scaler %q about pods %q", o.ScalerAddress, o.AppSelector)
 		}
 	}

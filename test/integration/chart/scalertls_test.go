@@ -3,17 +3,16 @@ package chart
 import (
 	"crypto/tls"
 	"encoding/base64"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ebb-dev/ebb/activator"
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
+	"github.com/ebb-dev/ebb/internal/tlsfiles/tlstest"
 	"github.com/ebb-dev/ebb/scaler"
 )
 
@@ -91,7 +90,7 @@ func TestScalerTLSRender(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := mutualHandshake(server, client); err != nil {
+		if _, err := tlstest.Handshake(server, client); err != nil {
 			t.Errorf("%s's certificate against the scaler's (%s): %v", tc.client, tc.serverName, err)
 		}
 	}
@@ -114,30 +113,4 @@ func TestScalerTLSRender(t *testing.T) {
 			t.Errorf("scaler %s scheme %q: its admin port serves TLS", probe, scheme)
 		}
 	}
-}
-
-// mutualHandshake completes a TLS handshake between the two configurations
-// over loopback, the server requiring the client's certificate.
-func mutualHandshake(server, client *tls.Config) error {
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", server)
-	if err != nil {
-		return err
-	}
-	defer lis.Close()
-	go func() {
-		c, err := lis.Accept()
-		if err == nil {
-			_ = c.(*tls.Conn).Handshake()
-			_, _ = c.Write([]byte("x"))
-			c.Close()
-		}
-	}()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", lis.Addr().String(), client)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	_, err = conn.Read(make([]byte, 1))
-	return err
 }
