@@ -15,6 +15,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // Defaults of Options and RouterOptions.
@@ -58,7 +59,12 @@ type Options struct {
 	// port of Listen.
 	HandoffPort int
 	LeaderElect bool
-	Log         logging.Options
+	// RequestMetrics turns the request-duration histogram and status
+	// counts of forwarded requests on (the default) or off.
+	RequestMetrics bool
+	// Tracing is --otlp-endpoint and --trace-sampling.
+	Tracing tracing.Options
+	Log     logging.Options
 	// PodName, PodNamespace, PodIP come from the downward API.
 	PodName, PodNamespace, PodIP string
 }
@@ -79,6 +85,8 @@ func DefaultOptions() Options {
 		SidecarAdminPort:  stats.DefaultAdminPort,
 		ActivatorSelector: DefaultSelector,
 		LeaderElect:       true,
+		RequestMetrics:    true,
+		Tracing:           tracing.DefaultOptions(),
 		Log:               logging.DefaultOptions(),
 		PodName:           host,
 		PodNamespace:      "default",
@@ -129,6 +137,8 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.ActivatorSelector, "activator-selector", "label selector of this instance's activator pods in the pod's namespace")
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
 	s.Bool(&o.LeaderElect, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
+	s.Bool(&o.RequestMetrics, "request-metrics", "export the request-duration histogram and status counts of forwarded requests")
+	o.Tracing.Bind(s)
 	o.Log.Bind(s)
 	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }
@@ -204,7 +214,7 @@ func (o Options) Validate() error {
 	if o.PodName == "" || o.PodNamespace == "" {
 		bad("POD_NAME and POD_NAMESPACE: both required (downward API)")
 	}
-	problems = append(problems, o.Log.Validate())
+	problems = append(problems, o.Tracing.Validate(), o.Log.Validate())
 	return errors.Join(problems...)
 }
 

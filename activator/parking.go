@@ -254,7 +254,7 @@ func (d *Router) releaseParked(a *app) {
 	pk.mu.Unlock()
 	for _, p := range out {
 		d.leave(a)
-		pk.re.push(&replayConn{Conn: p.conn, pending: p.head, verdict: v, msg: msg})
+		pk.re.push(&replayConn{Conn: p.conn, pending: p.head, verdict: v, msg: msg, heldAt: p.start})
 	}
 }
 
@@ -376,6 +376,7 @@ type replayConn struct {
 	pending []byte
 	verdict verdict
 	msg     string
+	heldAt  time.Time // when its first request was held
 }
 
 func (c *replayConn) Read(b []byte) (int, error) {
@@ -406,7 +407,7 @@ func (d *Router) serveReentered(w http.ResponseWriter, r *http.Request) {
 		d.ServeHTTP(w, r)
 		return
 	}
-	v, msg := c.verdict, c.msg
+	v, msg, heldAt := c.verdict, c.msg, c.heldAt
 	c.verdict, c.msg = 0, ""
 	switch v {
 	case timedOut:
@@ -414,7 +415,7 @@ func (d *Router) serveReentered(w http.ResponseWriter, r *http.Request) {
 	case routeGone:
 		http.Error(w, msg, http.StatusServiceUnavailable)
 	default:
-		d.serve(w, r, true)
+		d.serve(w, r, heldAt)
 	}
 }
 

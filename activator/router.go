@@ -15,9 +15,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	otelprop "go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-dev/ebb/activator/routing"
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/reqmetrics"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // AppConfig is an app's holding settings, from its AppRoute; zero values
@@ -28,6 +34,9 @@ type AppConfig struct {
 	// Placeholder answers browsers (Accept: text/html) during a cold start
 	// with a small page that refreshes itself, instead of holding them.
 	Placeholder bool
+	// Deployment is the app's Deployment (its AppRoute's scaleTargetRef),
+	// watched during a cold start; empty for other kinds.
+	Deployment string
 }
 
 // Endpoint is one app endpoint as its Service's EndpointSlices list it.
@@ -63,7 +72,16 @@ type RouterOptions struct {
 	RetryAfter time.Duration
 	Pusher     Pusher
 	Metrics    *Metrics
-	Log        logr.Logger
+	// Requests records the requests forwarded; nil records none.
+	Requests *reqmetrics.Recorder
+	// Watcher observes the phases of cold starts on the API server; nil:
+	// only the phases the Router sees itself are told apart.
+	Watcher ColdStartWatcher
+	// OnColdStart is called with every cold start once it ends.
+	OnColdStart func(ColdStartRecord)
+	// Tracer makes a span per held request; nil: tracing is off.
+	Tracer trace.Tracer
+	Log    logr.Logger
 }
 
 // Router is the activator's request path: it routes a request by its
@@ -148,6 +166,9 @@ type app struct {
 	held      int64
 	wake      chan struct{} // closed (and replaced) when endpoints change
 	coldSince time.Time     // first hold of the current cold start
+	cs        *coldStart    // the cold start under way, until its first byte
+	lastMarks marks         // of the last cold start, resolved
+	phaseObs  [nMarks - 1]prometheus.Observer
 	probing   bool
 	probed    map[string]bool // addresses a probe found ready
 	all       []Endpoint      // as last set
@@ -167,6 +188,7 @@ func (d *Router) getApp(key routing.Key) *app {
 		a.cfg.Store(&AppConfig{})
 		a.eps.Store(&endpointSet{})
 		a.heldGauge = d.opts.Metrics.held.WithLabelValues(key.Namespace, key.Name)
+		a.phaseObs = d.opts.Metrics.phaseObservers(key.Namespace, key.Name)
 		d.apps[key] = a
 	}
 	return a
@@ -290,6 +312,9 @@ func (d *Router) rebuildLocked(a *app) {
 		d.opts.Metrics.coldStart.WithLabelValues(a.key.Namespace, a.key.Name).Observe(time.Since(a.coldSince).Seconds())
 		a.coldSince = time.Time{}
 	}
+	if len(set.ready) > 0 && a.cs != nil {
+		a.cs.m.mark(markReady, time.Now())
+	}
 	close(a.wake)
 	a.wake = make(chan struct{})
 }
@@ -311,11 +336,11 @@ func (a *app) pick() *upstream {
 }
 
 // ServeHTTP routes, proxies or holds one request.
-func (d *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.serve(w, r, false) }
+func (d *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.serve(w, r, time.Time{}) }
 
-// serve routes, proxies or holds one request; released is true for a held
-// request read again from its parked connection.
-func (d *Router) serve(w http.ResponseWriter, r *http.Request, released bool) {
+// serve routes, proxies or holds one request; heldAt is, for a held
+// request read again from its parked connection, when it was held.
+func (d *Router) serve(w http.ResponseWriter, r *http.Request, heldAt time.Time) {
 	route, ok := d.table.Load().Lookup(r.Host, r.URL.Path)
 	if !ok {
 		d.opts.Metrics.notFound.Inc()
@@ -324,15 +349,57 @@ func (d *Router) serve(w http.ResponseWriter, r *http.Request, released bool) {
 	}
 	a := route.Value
 	if up := a.pick(); up != nil {
-		if released {
+		if !heldAt.IsZero() {
 			d.opts.Metrics.released.Inc()
-		} else {
-			d.opts.Metrics.proxied.Inc()
+			d.forwardHeld(w, r, a, up, heldAt)
+			return
 		}
-		up.ServeHTTP(w, r)
+		d.opts.Metrics.proxied.Inc()
+		d.opts.Requests.Serve(up, w, r, time.Now())
 		return
 	}
 	d.hold(w, r, a)
+}
+
+// forwardHeld forwards a request held since heldAt to up, notes its first
+// response byte (the first one ends the cold start), records it, and
+// traces it: a span from heldAt to its response's end, continuing the
+// request's trace, with a child span per phase of the cold start it
+// waited on.
+func (d *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up *upstream, heldAt time.Time) {
+	var span trace.Span
+	if d.opts.Tracer != nil {
+		var ctx context.Context
+		ctx, span = d.opts.Tracer.Start(tracing.Propagator.Extract(r.Context(), otelprop.HeaderCarrier(r.Header)), "ebb-activator hold",
+			trace.WithTimestamp(heldAt), trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("ebb.app", a.key.String()), attribute.String("server.address", r.Host)))
+		if span.SpanContext().IsSampled() {
+			tracing.Propagator.Inject(ctx, otelprop.HeaderCarrier(r.Header))
+		}
+	}
+	m, ok := a.heldMarks(heldAt)
+	var head time.Time
+	rw := &reqmetrics.Writer{ResponseWriter: w, OnHead: func() {
+		head = time.Now()
+		d.firstByte(a, head)
+	}}
+	up.ServeHTTP(rw, r)
+	d.opts.Requests.Record(rw, r, heldAt)
+	if span != nil {
+		d.traceHeld(span, m, ok, heldAt, head)
+		if rw.Code != 0 {
+			span.SetAttributes(attribute.Int("http.response.status_code", rw.Code))
+		}
+		if rw.Code == 0 || rw.Code >= 500 {
+			span.SetStatus(codes.Error, "")
+		}
+		span.End()
+	}
+}
+
+// timeout is a's cold-start timeout.
+func (d *Router) timeout(a *app) time.Duration {
+	return cmp.Or(a.cfg.Load().ColdStartTimeout, d.opts.ColdStartTimeout)
 }
 
 type admission int
@@ -359,6 +426,7 @@ func (d *Router) admit(a *app, limit int) admission {
 	a.heldGauge.Set(float64(a.held))
 	if a.coldSince.IsZero() {
 		a.coldSince = time.Now()
+		d.beginColdStart(a, a.coldSince)
 	}
 	if !a.probing {
 		a.probing = true
@@ -376,6 +444,7 @@ func (d *Router) leave(a *app) {
 	a.heldGauge.Set(float64(a.held))
 	if a.held == 0 && len(a.eps.Load().ready) == 0 {
 		a.coldSince = time.Time{} // nobody waits any more: this cold start is over
+		a.endColdStart()
 	}
 	a.mu.Unlock()
 }
@@ -409,7 +478,7 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		if up := a.pick(); up != nil {
 			d.leave(a)
 			d.opts.Metrics.released.Inc()
-			up.ServeHTTP(w, r)
+			d.forwardHeld(w, r, a, up, start)
 			return
 		}
 		if a.gone.Load() {

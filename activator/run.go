@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -49,7 +50,9 @@ import (
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/logroute"
+	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // Run serves the activator until ctx ends, then drains held and proxied
@@ -85,7 +88,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: opts.PodNamespace + "/" + opts.PodName, DialOptions: dial, Log: log.WithName("holdpush")})
+	var router *Router
+	sent := func(app holdpush.App, held int64, at time.Time) { router.scalerTold(app.Namespace, app.Name, held, at) }
+	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: opts.PodNamespace + "/" + opts.PodName, DialOptions: dial, Sent: sent, Log: log.WithName("holdpush")})
 	if err != nil {
 		return fmt.Errorf("held-count push: %w", err)
 	}
@@ -96,9 +101,22 @@ func Run(ctx context.Context, opts Options) error {
 		log.Info("no --scaler-addresses or --scaler-service: held counts reach no scaler, apps at zero are not woken by this activator")
 	}
 
-	router := NewRouter(RouterOptions{
+	tp := tracing.New(opts.Tracing, "ebb-activator", attribute.String("k8s.pod.name", opts.PodName), attribute.String("k8s.namespace.name", opts.PodNamespace))
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		tp.Shutdown(sctx)
+	}()
+	var requests *reqmetrics.Recorder
+	if opts.RequestMetrics {
+		requests = reqmetrics.New(labelled, "activator")
+	}
+	coldStarts := &coldStartStatus{names: names, dyn: dyn, pod: opts.PodNamespace + "/" + opts.PodName, log: log.WithName("coldstart")}
+	router = NewRouter(RouterOptions{
 		QueueSize: opts.QueueSize, MaxHeld: opts.MaxHeld, ColdStartTimeout: opts.ColdStartTimeout,
-		ProbeInterval: opts.ProbeInterval, Pusher: push, Metrics: metrics, Log: log.WithName("dataplane"),
+		ProbeInterval: opts.ProbeInterval, Pusher: push, Metrics: metrics, Requests: requests,
+		Watcher:     &apiWatcher{kube: kube, appLabel: names.AppLabel(), log: log.WithName("coldstart")},
+		OnColdStart: coldStarts.record, Tracer: tp.Tracer, Log: log.WithName("dataplane"),
 	})
 
 	mgr, err := newManager(cfg, opts, names, log)

@@ -94,7 +94,9 @@ func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 		return cc.HandOff() // held
 	}
 	s.d.opts.Metrics.proxied.Inc()
-	return cc.RoundTrip(up.pool, rq)
+	keep := cc.RoundTrip(up.pool, rq)
+	s.d.opts.Requests.ObserveH1(cc)
+	return keep
 }
 
 // UpstreamError logs an endpoint that failed (h1.Handler).

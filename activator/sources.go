@@ -188,6 +188,9 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		if r.Spec.ColdStartTimeout != nil {
 			rt.Value.ColdStartTimeout = r.Spec.ColdStartTimeout.Duration
 		}
+		if r.Spec.ScaleTargetRef.Kind == "Deployment" {
+			rt.Value.Deployment = r.Spec.ScaleTargetRef.Name
+		}
 		var eps []Endpoint
 		if svc := s.service(ctx, r.Namespace, r.Spec.Service.Name); svc != nil && r.Spec.Service.Name != "" {
 			rt.ClusterIPs = svc.Spec.ClusterIPs

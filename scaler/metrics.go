@@ -120,6 +120,12 @@ type AppStatus struct {
 	DroppedPods     int     `json:"droppedPods"`
 	BypassedPods    int     `json:"bypassedPods"`
 	Active          bool    `json:"active"` // with activationConcurrency 0 and Window
+	// Idle says what keeps the app active, under the rate window and
+	// activation threshold its ScaledObject last asked with.
+	Idle Idleness `json:"idle"`
+	// BusyFor is how long requests have been in flight on some pod
+	// without a break (the age of the oldest, at most).
+	BusyFor string `json:"busyFor,omitempty"`
 }
 
 func (s *Scaler) appStatuses(now time.Time, window time.Duration) []AppStatus {
@@ -150,6 +156,25 @@ func (s *Scaler) appStatus(k appKey, f figures, now time.Time, window time.Durat
 		RatePerSecond: p.value(f, s.span(now)), Window: window.String(),
 		RequestsCounted: f.counted, ColdStarts: f.coldStarts,
 		Pods: f.pods, ReadyPods: f.readyPods, StalePods: f.stalePods, DroppedPods: f.droppedPods, BypassedPods: f.bypassedPods,
-		Active: p.active(f),
+		Active:  p.active(f),
+		Idle:    s.idleOf(k, now),
+		BusyFor: busyFor(f),
 	}
+}
+
+// idleOf is k's Idleness under what its ScaledObject asked.
+func (s *Scaler) idleOf(k appKey, now time.Time) Idleness {
+	p := s.asked.get(k)
+	var f figures
+	if a := s.reg.lookup(k); a != nil {
+		f = a.figures(now, p.window)
+	}
+	return idleOf(p, f)
+}
+
+func busyFor(f figures) string {
+	if f.busyFor == 0 {
+		return ""
+	}
+	return f.busyFor.Round(time.Millisecond).String()
 }

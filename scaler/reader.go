@@ -68,6 +68,7 @@ func delta(st *readState, snap stats.Snapshot, fromZero bool) uint64 {
 
 type appAcc struct {
 	inFlight                              int64
+	busyFor                               time.Duration
 	delta                                 uint64
 	pods, ready, stale, dropped, bypassed int
 }
@@ -125,6 +126,7 @@ func (s *Scaler) aggregate(now time.Time, targets []*pod) {
 		if st.res.ok {
 			x.delta += delta(st, st.res.snap, p.fromZero)
 			x.inFlight += st.res.snap.InFlight
+			x.busyFor = max(x.busyFor, st.res.snap.BusyFor)
 			st.last, st.have, st.missed, st.dropped = st.res.snap, true, 0, false
 			continue
 		}
@@ -155,7 +157,7 @@ func (s *Scaler) aggregate(now time.Time, targets []*pod) {
 			x = &appAcc{}
 		}
 		a.mu.Lock()
-		a.inFlight, a.pods, a.readyPods, a.stalePods, a.droppedPods, a.bypassedPods = x.inFlight, x.pods, x.ready, x.stale, x.dropped, x.bypassed
+		a.inFlight, a.busyFor, a.pods, a.readyPods, a.stalePods, a.droppedPods, a.bypassedPods = x.inFlight, x.busyFor, x.pods, x.ready, x.stale, x.dropped, x.bypassed
 		if x.delta > 0 {
 			a.counted += x.delta
 			a.hist.add(now, a.counted)

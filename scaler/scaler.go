@@ -42,6 +42,8 @@ type Scaler struct {
 	client   kubernetes.Interface
 	routes   *routeCheck
 	refusals *refusals
+	asked    asked       // what ScaledObjects asked, per app
+	idle     *idleStatus // nil without an API server
 
 	reg     *registry
 	hold    *holdpush.Server
@@ -88,6 +90,9 @@ func New(opts Options) (*Scaler, error) {
 	s.client = client
 	s.routes = newRouteCheck(dyn, s.names, s.log.WithName("routes"))
 	s.refusals = newRefusals(client, dyn, s.log.WithName("refusals"))
+	if dyn != nil {
+		s.idle = newIdleStatus(s, dyn, s.names, s.log.WithName("idle"))
+	}
 	s.dialer = &net.Dialer{Timeout: opts.ReadTimeout, KeepAlive: 30 * time.Second}
 	s.metrics = newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: opts.GroupSuffix}, s.prom), s)
 	s.hold = holdpush.NewServer(holdpush.ServerOptions{
@@ -198,6 +203,9 @@ func (s *Scaler) Run(ctx context.Context) error {
 				return nil
 			}
 			return err
+		}
+		if s.idle != nil {
+			go s.idle.run(gctx)
 		}
 		s.log.Info("serving", "grpc", s.GRPCAddr().String(), "admin", s.AdminAddr().String(), "groupSuffix", s.names.Suffix(), "tick", s.opts.Tick)
 		s.loop(gctx)

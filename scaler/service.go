@@ -45,6 +45,7 @@ func (v *service) checked(ctx context.Context, ref *externalscaler.ScaledObjectR
 			return params{}, err
 		}
 	}
+	v.s.asked.set(p)
 	return p, nil
 }
 

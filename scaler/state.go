@@ -39,9 +39,10 @@ type app struct {
 	refs int // pods that name this app
 
 	mu           sync.Mutex
-	inFlight     int64 // Σ sidecar in-flight at the last tick
-	held         int64 // Σ held by activators, live
-	pods         int   // pods with a sidecar, Running with an IP
+	inFlight     int64         // Σ sidecar in-flight at the last tick
+	busyFor      time.Duration // the longest a pod has had requests in flight without a break
+	held         int64         // Σ held by activators, live
+	pods         int           // pods with a sidecar, Running with an IP
 	readyPods    int
 	stalePods    int // not answering, last value kept
 	droppedPods  int // not answering for longer, not counted
@@ -124,7 +125,7 @@ func (r *registry) upsert(in podInfo, initial bool, now time.Time) (newlyBypasse
 	}
 	p := &pod{key: in.key, url: in.url, sidecar: in.sidecar, running: in.running, ready: in.ready}
 	if in.url != "" {
-		p.conn = newStatsConn(in.hostport, stats.Path)
+		p.conn = newStatsConn(in.hostport, stats.Path+"?"+stats.V2Query)
 	}
 	switch {
 	case old != nil:
@@ -346,6 +347,7 @@ func (h *history) since(t time.Time, now uint64) uint64 {
 // figures is a consistent copy of an app's numbers.
 type figures struct {
 	inFlight, held                                        int64
+	busyFor                                               time.Duration
 	coldStarts                                            uint64
 	pods, readyPods, stalePods, droppedPods, bypassedPods int
 	counted                                               uint64
@@ -360,7 +362,7 @@ func (a *app) figures(now time.Time, window time.Duration) figures {
 
 func (a *app) figuresLocked(now time.Time, window time.Duration) figures {
 	return figures{
-		inFlight: a.inFlight, held: a.held, coldStarts: a.coldStarts,
+		inFlight: a.inFlight, busyFor: a.busyFor, held: a.held, coldStarts: a.coldStarts,
 		pods: a.pods, readyPods: a.readyPods, stalePods: a.stalePods, droppedPods: a.droppedPods, bypassedPods: a.bypassedPods,
 		counted:  a.counted,
 		inWindow: a.hist.since(now.Add(-window), a.counted),

@@ -26,9 +26,16 @@ var (
 // adminHandler serves stats.Path, stats.ReadyPath and /metrics.
 func (p *proxy) adminHandler(bootID uint64) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+stats.Path, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+stats.Path, func(w http.ResponseWriter, r *http.Request) {
 		bp := statsBufs.Get().(*[]byte)
-		b := stats.Snapshot{InFlight: p.cnt.inFlight.Load(), Total: p.cnt.total.Load(), BootID: bootID}.Append((*bp)[:0])
+		snap := stats.Snapshot{InFlight: p.cnt.inFlight.Load(), Total: p.cnt.total.Load(), BootID: bootID}
+		var b []byte
+		if r.URL.RawQuery == stats.V2Query {
+			snap.BusyFor = p.cnt.busyFor(time.Now())
+			b = snap.AppendV2((*bp)[:0])
+		} else {
+			b = snap.Append((*bp)[:0])
+		}
 		h := w.Header()
 		h["Content-Type"] = statsContentType
 		h["Cache-Control"] = noStore
@@ -134,7 +141,7 @@ func (a *appState) watch(ctx context.Context) {
 // registry holds the sidecar's metrics; the counters are read from the
 // atomics at scrape time, so the hot path pays nothing for them.
 func (p *proxy) registry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
+	reg := p.reg
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -13,7 +13,11 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // h2cServer serves the connections that start with the HTTP/2 preface
@@ -66,12 +70,24 @@ func newH2CServer(p *proxy) *h2cServer {
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.arrived()
-		if p.cnt.on && !strings.HasPrefix(r.Header.Get("User-Agent"), "kube-probe/") {
-			p.cnt.inFlight.Add(1)
-			p.cnt.total.Add(1)
+		if strings.HasPrefix(r.Header.Get("User-Agent"), "kube-probe/") {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		if p.cnt.on {
+			p.cnt.begin(start)
 			defer p.cnt.inFlight.Add(-1)
 		}
-		rp.ServeHTTP(w, r)
+		if p.tracer != nil {
+			ctx, span := p.tracer.Start(tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), "ebb-sidecar",
+				trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer))
+			defer span.End()
+			if span.SpanContext().IsSampled() {
+				tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(r.Header))
+			}
+		}
+		p.rec.Serve(rp, w, r, start)
 	})
 	h := &h2cServer{handler: handler, idle: p.opts.IdleTimeout, errLog: errLog}
 	h.cur = h.newGen()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // testOptions are options for a sidecar on loopback ports chosen by the OS.
@@ -37,10 +39,12 @@ func startSidecar(t testing.TB, o Options) *running {
 	if err := o.Validate(); err != nil {
 		t.Fatalf("options: %v", err)
 	}
-	s, err := start(o, logr.Discard())
+	tp := tracing.New(o.Tracing, "ebb-sidecar")
+	s, err := start(o, logr.Discard(), tp.Tracer)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{s: s, addr: s.ln.Addr().String(), admin: s.adminLn.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- s.run(ctx) }()

@@ -11,6 +11,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // Options configure one sidecar. Fill them with ParseOptions or start from
@@ -44,6 +45,11 @@ type Options struct {
 	AppReadiness string
 	// Counting turns the request counters on (the default) or off.
 	Counting bool
+	// RequestMetrics turns the request-duration histogram and the status
+	// counts on (the default) or off.
+	RequestMetrics bool
+	// Tracing is --otlp-endpoint and --trace-sampling.
+	Tracing tracing.Options
 	// Log is --log-level and --log-format.
 	Log logging.Options
 	// PodName, PodNamespace and PodIP come from the downward API and are
@@ -71,6 +77,8 @@ func DefaultOptions() Options {
 		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
 		MaxHeaderBytes:        64 << 10,
 		Counting:              true,
+		RequestMetrics:        true,
+		Tracing:               tracing.DefaultOptions(),
 		Log:                   logging.DefaultOptions(),
 	}
 }
@@ -96,6 +104,8 @@ func (o *Options) Bind(s *options.Set) {
 	s.Int(&o.MaxHeaderBytes, "max-header-bytes", "largest request head accepted (431 above)")
 	s.String(&o.AppReadiness, "app-readiness", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
 	s.Bool(&o.Counting, "counting", "count requests (turn off only to benchmark)")
+	s.Bool(&o.RequestMetrics, "request-metrics", "export the request-duration histogram and status counts")
+	o.Tracing.Bind(s)
 	o.Log.Bind(s)
 	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }
@@ -145,7 +155,7 @@ func (o Options) Validate() error {
 			problems = append(problems, fmt.Errorf("--app-readiness: %w", err))
 		}
 	}
-	problems = append(problems, o.Log.Validate())
+	problems = append(problems, o.Tracing.Validate(), o.Log.Validate())
 	return errors.Join(problems...)
 }
 

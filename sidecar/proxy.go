@@ -6,15 +6,44 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/reqmetrics"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // counters are the per-pod request counters the scaler reads.
 type counters struct {
 	inFlight atomic.Int64
 	total    atomic.Uint64
-	on       bool
+	// busySince is when inFlight last went from 0 to 1 (unix nanos): how
+	// long the app has been serving without a break, which bounds the age
+	// of the oldest request in flight (exact for one long-lived one, such
+	// as a WebSocket).
+	busySince atomic.Int64
+	on        bool
+}
+
+// begin counts a request that arrived at now.
+func (c *counters) begin(now time.Time) {
+	if c.inFlight.Add(1) == 1 {
+		c.busySince.Store(now.UnixNano())
+	}
+	c.total.Add(1)
+}
+
+// busyFor is how long requests have been in flight without a break; 0
+// when none is.
+func (c *counters) busyFor(now time.Time) time.Duration {
+	since := c.busySince.Load()
+	if c.inFlight.Load() == 0 || since == 0 {
+		return 0
+	}
+	return max(0, time.Duration(now.UnixNano()-since))
 }
 
 // proxy serves client connections: HTTP/1.1 with the engine of package
@@ -31,15 +60,23 @@ type proxy struct {
 	draining       atomic.Bool  // not ready: SIGTERM came
 	quietFrom      atomic.Int64 // unix nanos: when closing began, or the last request since
 	app            *appState
+	reg            *prometheus.Registry
+	rec            *reqmetrics.Recorder // nil: request metrics off
+	tracer         trace.Tracer         // nil: tracing off
 }
 
-func newProxy(opts Options, log logr.Logger) *proxy {
+func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {
 	p := &proxy{
-		opts: opts,
-		log:  log,
-		cnt:  &counters{on: opts.Counting},
-		up:   h1.NewUpstream(opts.Upstream),
-		app:  newAppState(opts),
+		opts:   opts,
+		log:    log,
+		cnt:    &counters{on: opts.Counting},
+		up:     h1.NewUpstream(opts.Upstream),
+		app:    newAppState(opts),
+		reg:    prometheus.NewRegistry(),
+		tracer: tracer,
+	}
+	if opts.RequestMetrics {
+		p.rec = reqmetrics.New(p.reg, "sidecar")
 	}
 	p.h2 = newH2CServer(p)
 	p.srv = h1.NewServer(h1.Options{
@@ -55,12 +92,52 @@ func newProxy(opts Options, log logr.Logger) *proxy {
 // ServeRequest counts and proxies one request (h1.Handler).
 func (p *proxy) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	p.arrived()
-	if p.cnt.on && !rq.Probe() {
-		p.cnt.inFlight.Add(1)
-		p.cnt.total.Add(1)
+	if rq.Probe() {
+		return cc.RoundTrip(p.up, rq)
+	}
+	if p.cnt.on {
+		p.cnt.begin(cc.Began())
 		defer p.cnt.inFlight.Add(-1)
 	}
-	return cc.RoundTrip(p.up, rq)
+	if p.tracer != nil {
+		return p.serveTraced(cc, rq)
+	}
+	keep := cc.RoundTrip(p.up, rq)
+	p.rec.ObserveH1(cc)
+	return keep
+}
+
+// serveTraced proxies one request in a span of its own, continuing the
+// trace of the request's traceparent (when it has exactly one, and a
+// valid one), and hands the app the sidecar's span as its parent when the
+// span is sampled.
+func (p *proxy) serveTraced(cc *h1.Conn, rq *h1.Request) bool {
+	ctx := context.Background()
+	if tp, n := cc.TraceParent(); n == 1 {
+		ctx = tracing.Propagator.Extract(ctx, tracing.Bytes(tp))
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			n = 2 // not a traceparent: leave the request as it is
+		}
+	} else if n > 1 {
+		keep := cc.RoundTrip(p.up, rq)
+		p.rec.ObserveH1(cc)
+		return keep
+	}
+	_, span := p.tracer.Start(ctx, "ebb-sidecar", trace.WithTimestamp(cc.Began()), trace.WithSpanKind(trace.SpanKindServer))
+	if sc := span.SpanContext(); sc.IsSampled() {
+		var b [tracing.TraceParentLen]byte
+		cc.SetTraceParent(tracing.TraceParent(b[:0], sc))
+	}
+	keep := cc.RoundTrip(p.up, rq)
+	p.rec.ObserveH1(cc)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", cc.Status()), attribute.String("server.address", string(cc.Host())))
+		if cc.Status() >= 500 || cc.Status() == 0 {
+			span.SetStatus(codes.Error, "")
+		}
+	}
+	span.End()
+	return keep
 }
 
 // arrived notes a request for the quiet period of a drain; outside a drain

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 	"github.com/ebb-dev/ebb/internal/logging"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // Run serves until ctx is cancelled, then drains (see the package doc) and
@@ -23,7 +26,14 @@ func Run(ctx context.Context, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	s, err := start(opts, newLogger(opts, os.Stderr))
+	log := newLogger(opts, os.Stderr)
+	tp := tracing.New(opts.Tracing, "ebb-sidecar", attribute.String("k8s.pod.name", opts.PodName), attribute.String("k8s.namespace.name", opts.PodNamespace))
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		tp.Shutdown(sctx)
+	}()
+	s, err := start(opts, log, tp.Tracer)
 	if err != nil {
 		return err
 	}
@@ -52,7 +62,7 @@ type server struct {
 	acceptDone chan struct{}
 }
 
-func start(opts Options, log logr.Logger) (*server, error) {
+func start(opts Options, log logr.Logger, tracer trace.Tracer) (*server, error) {
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen for clients: %w", err)
@@ -62,7 +72,7 @@ func start(opts Options, log logr.Logger) (*server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("listen for admin: %w", err)
 	}
-	p := newProxy(opts, log)
+	p := newProxy(opts, log, tracer)
 	return &server{
 		opts:    opts,
 		log:     log,

@@ -14,6 +14,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
+	"github.com/ebb-dev/ebb/internal/tracing"
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
@@ -72,6 +73,10 @@ type Options struct {
 	SidecarListenPort      int
 	SidecarAdminPort       int
 	SidecarDrainTimeout    time.Duration
+	// SidecarRequestMetrics and SidecarTracing are the injected sidecars'
+	// --request-metrics, --otlp-endpoint and --trace-sampling.
+	SidecarRequestMetrics bool
+	SidecarTracing        tracing.Options
 
 	// MetricsAddr and HealthAddr serve /metrics and /healthz,/readyz ("0"
 	// turns one off).
@@ -113,6 +118,8 @@ func DefaultOptions() Options {
 		SidecarListenPort:      int(sc.ListenPort),
 		SidecarAdminPort:       int(sc.AdminPort),
 		SidecarDrainTimeout:    sc.DrainTimeout,
+		SidecarRequestMetrics:  sc.RequestMetrics,
+		SidecarTracing:         sc.Tracing,
 		MetricsAddr:            ":8080",
 		HealthAddr:             ":8081",
 		PprofAddr:              "0",
@@ -153,6 +160,9 @@ func (o *Options) Bind(s *options.Set) {
 	s.Int(&o.SidecarListenPort, "sidecar-listen-port", "sidecar data port")
 	s.Int(&o.SidecarAdminPort, "sidecar-admin-port", "sidecar admin port (stats, ready, metrics)")
 	s.Duration(&o.SidecarDrainTimeout, "sidecar-drain-timeout", "default sidecar drain timeout on SIGTERM")
+	s.Bool(&o.SidecarRequestMetrics, "sidecar-request-metrics", "sidecars export the request-duration histogram and status counts")
+	s.String(&o.SidecarTracing.Endpoint, "sidecar-otlp-endpoint", "OTLP/HTTP receiver the sidecars send spans to (http://host:4318); empty: sidecars do not trace")
+	s.Float64(&o.SidecarTracing.Sampling, "sidecar-trace-sampling", "ratio (0-1) of the traces a sidecar starts that are sampled")
 	s.String(&o.MetricsAddr, "metrics-bind-address", "address of /metrics (0: off)")
 	s.String(&o.HealthAddr, "health-probe-bind-address", "address of /healthz and /readyz (0: off)")
 	s.String(&o.PprofAddr, "pprof-bind-address", "address of /debug/pprof (0: off)")
@@ -227,6 +237,9 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.Namespace == "" {
 		add("--namespace (or POD_NAMESPACE): required with --leader-elect")
 	}
+	if err := o.SidecarTracing.Validate(); err != nil {
+		add("%s", strings.ReplaceAll(strings.ReplaceAll(err.Error(), "--otlp-endpoint", "--sidecar-otlp-endpoint"), "--trace-sampling", "--sidecar-trace-sampling"))
+	}
 	errs = append(errs, o.Log.Validate())
 	return errors.Join(errs...)
 }
@@ -238,6 +251,8 @@ func (o *Options) sidecarConfig(names groupsuffix.Names) inject.Config {
 	cfg.ImagePullPolicy = corev1.PullPolicy(o.SidecarImagePullPolicy)
 	cfg.ListenPort, cfg.AdminPort = int32(o.SidecarListenPort), int32(o.SidecarAdminPort)
 	cfg.DrainTimeout = o.SidecarDrainTimeout
+	cfg.RequestMetrics = o.SidecarRequestMetrics
+	cfg.Tracing = o.SidecarTracing
 	cfg.Resources = corev1.ResourceRequirements{}
 	set := func(l *corev1.ResourceList, name corev1.ResourceName, v string) {
 		if v == "" {

@@ -26,7 +26,10 @@ type ClientOptions struct {
 	// DialOptions for every scaler connection (credentials first of all). No
 	// options means plaintext.
 	DialOptions []grpc.DialOption
-	Log         logr.Logger
+	// Sent, when set, is called for every count a scaler was sent (written
+	// to its stream), with the time of the send.
+	Sent func(app App, held int64, at time.Time)
+	Log  logr.Logger
 }
 
 // Client is the activator's side. It keeps one stream per scaler address,
@@ -188,6 +191,12 @@ func (c *Client) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) err
 				return fmt.Errorf("send: %w", <-ended)
 			}
 			return fmt.Errorf("send: %w", err)
+		}
+		if c.opts.Sent != nil {
+			now := time.Now()
+			for _, h := range b.Holds {
+				c.opts.Sent(h.App, h.Held, now)
+			}
 		}
 		return nil
 	}

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 // The raw-TCP conformance suite: real sockets on loopback, the engine's

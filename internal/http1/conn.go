@@ -98,6 +98,7 @@ type Conn struct {
 	body     chan error // the outcome of the request body being streamed, until received
 	bodyErr  error
 	req      int // requests served on this connection
+	status   int // status code of the current request's response to the client; 0: none yet
 }
 
 // newConn returns the engine for client connection c; call Serve, then
@@ -205,6 +206,14 @@ func (cc *Conn) detach(head []byte) net.Conn {
 // Host is the request's Host header value (empty without one).
 func (cc *Conn) Host() []byte { return cc.host }
 
+// Status is the status code of the response the current request got (the
+// app's, or the engine's own error); 0 if none went out. Read it after
+// RoundTrip.
+func (cc *Conn) Status() int { return cc.status }
+
+// Began is when the current request's head began to arrive.
+func (cc *Conn) Began() time.Time { return cc.now }
+
 // Target is the request target as received.
 func (cc *Conn) Target() []byte { return cc.out[cc.target[0]:cc.target[1]] }
 
@@ -256,6 +265,7 @@ func (cc *Conn) closeGently() {
 }
 
 func (cc *Conn) writeResponse(code int, body string, keep bool) {
+	cc.status = code
 	b := cc.resp[:0]
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)

@@ -62,6 +62,7 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 	cc.farDeadline = false
 	cc.earlyResponse = false
 	cc.body, cc.bodyErr = nil, nil
+	cc.status = 0
 	defer cc.upstream.Store(nil)
 	var uc *upConn
 	var rs response
@@ -90,6 +91,7 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		if err == nil {
 			err = cc.readResponseHead(uc, rq, &rs)
 			if err == nil {
+				cc.status = rs.code
 				if cc.farDeadline {
 					uc.c.SetReadDeadline(time.Now().Add(clientCheck))
 				}

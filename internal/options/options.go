@@ -56,6 +56,9 @@ func (s *Set) Int(p *int, name, usage string) { s.fs.IntVar(p, name, *p, usage) 
 // default.
 func (s *Set) Duration(p *time.Duration, name, usage string) { s.fs.DurationVar(p, name, *p, usage) }
 
+// Float64 binds *p to --name; *p holds the default.
+func (s *Set) Float64(p *float64, name, usage string) { s.fs.Float64Var(p, name, *p, usage) }
+
 // Bool binds *p to --name (true, false, 1, 0, ...); *p holds the default.
 func (s *Set) Bool(p *bool, name, usage string) { s.fs.BoolVar(p, name, *p, usage) }
 

@@ -38,13 +38,39 @@ const (
 // the number of requests served since the sidecar started (monotonic);
 // BootID changes whenever the sidecar restarts, so a reader can tell a
 // counter reset from a decrease.
+//
+// A reader that asks for Path + V2Query gets, from a sidecar that knows it,
+// "ebb2 <inFlight> <total> <bootID> <busyMillis>\n": BusyFor, in whole
+// milliseconds, is how long requests have been in flight without a break
+// (0 when none is), which bounds the age of the oldest one. A sidecar that
+// does not know the query answers ebb1, and Parse reads both.
 type Snapshot struct {
 	InFlight int64
 	Total    uint64
 	BootID   uint64
+	BusyFor  time.Duration
 }
 
-const magic = "ebb1"
+const (
+	magic   = "ebb1"
+	magicV2 = "ebb2"
+	// V2Query asks for the ebb2 line.
+	V2Query = "v=2"
+)
+
+// AppendV2 appends the ebb2 wire form of s to b.
+func (s Snapshot) AppendV2(b []byte) []byte {
+	b = append(b, magicV2...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.InFlight, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, s.Total, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, s.BootID, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.BusyFor.Milliseconds(), 10)
+	return append(b, '\n')
+}
 
 // Append appends the wire form of s to b and returns the extended slice; it
 // does not allocate when b has room.
@@ -68,7 +94,7 @@ func Parse(b []byte) (Snapshot, error) {
 	if len(b) > 0 && b[len(b)-1] == '\n' {
 		b = b[:len(b)-1]
 	}
-	var fields [4][]byte
+	var fields [5][]byte
 	n := 0
 	start := 0
 	for i := 0; i <= len(b); i++ {
@@ -81,7 +107,7 @@ func Parse(b []byte) (Snapshot, error) {
 			start = i + 1
 		}
 	}
-	if n != len(fields) || string(fields[0]) != magic {
+	if !(n == 4 && string(fields[0]) == magic || n == 5 && string(fields[0]) == magicV2) {
 		return Snapshot{}, fmt.Errorf("%w: %q", ErrFormat, truncate(b))
 	}
 	inFlight, err := strconv.ParseInt(string(fields[1]), 10, 64)
@@ -96,7 +122,15 @@ func Parse(b []byte) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("%w: boot id %q", ErrFormat, fields[3])
 	}
-	return Snapshot{InFlight: inFlight, Total: total, BootID: boot}, nil
+	snap := Snapshot{InFlight: inFlight, Total: total, BootID: boot}
+	if n == 5 {
+		ms, err := strconv.ParseInt(string(fields[4]), 10, 64)
+		if err != nil || ms < 0 {
+			return Snapshot{}, fmt.Errorf("%w: busy %q", ErrFormat, fields[4])
+		}
+		snap.BusyFor = time.Duration(ms) * time.Millisecond
+	}
+	return snap, nil
 }
 
 func truncate(b []byte) []byte {

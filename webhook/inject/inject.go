@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // Names the sidecar carries; the scaler finds it by ContainerName and
@@ -57,6 +59,11 @@ type Config struct {
 	ListenPort, AdminPort int32
 	// DrainTimeout is EBB_DRAIN_TIMEOUT unless the pod's annotation sets it.
 	DrainTimeout time.Duration
+	// RequestMetrics false turns the sidecar's request metrics off
+	// (EBB_REQUEST_METRICS).
+	RequestMetrics bool
+	// Tracing is the sidecar's EBB_OTLP_ENDPOINT and EBB_TRACE_SAMPLING.
+	Tracing tracing.Options
 }
 
 // DefaultImageRepository is the sidecar image without tag.
@@ -78,9 +85,11 @@ func DefaultConfig(names groupsuffix.Names, version string) Config {
 				corev1.ResourceMemory: resource.MustParse("128Mi"),
 			},
 		},
-		ListenPort:   stats.DefaultListenPort,
-		AdminPort:    stats.DefaultAdminPort,
-		DrainTimeout: 20 * time.Second,
+		ListenPort:     stats.DefaultListenPort,
+		AdminPort:      stats.DefaultAdminPort,
+		DrainTimeout:   20 * time.Second,
+		RequestMetrics: true,
+		Tracing:        tracing.DefaultOptions(),
 	}
 }
 
@@ -301,6 +310,15 @@ func sidecar(cfg Config, dataPortName string, appPort int32, drain time.Duration
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}}
 	}
+	var extra []corev1.EnvVar
+	if !cfg.RequestMetrics {
+		extra = append(extra, corev1.EnvVar{Name: options.EnvName("request-metrics"), Value: "false"})
+	}
+	if cfg.Tracing.Endpoint != "" {
+		extra = append(extra,
+			corev1.EnvVar{Name: options.EnvName("otlp-endpoint"), Value: cfg.Tracing.Endpoint},
+			corev1.EnvVar{Name: options.EnvName("trace-sampling"), Value: strconv.FormatFloat(cfg.Tracing.Sampling, 'g', -1, 64)})
+	}
 	return corev1.Container{
 		Name:            ContainerName,
 		Image:           cfg.Image,
@@ -310,7 +328,7 @@ func sidecar(cfg Config, dataPortName string, appPort int32, drain time.Duration
 			{Name: dataPortName, ContainerPort: cfg.ListenPort, Protocol: corev1.ProtocolTCP},
 			{Name: AdminPortName, ContainerPort: cfg.AdminPort, Protocol: corev1.ProtocolTCP},
 		},
-		Env: []corev1.EnvVar{
+		Env: append([]corev1.EnvVar{
 			{Name: EnvListen, Value: ":" + strconv.Itoa(int(cfg.ListenPort))},
 			{Name: EnvUpstream, Value: "127.0.0.1:" + strconv.Itoa(int(appPort))},
 			{Name: EnvAdminListen, Value: ":" + strconv.Itoa(int(cfg.AdminPort))},
@@ -318,7 +336,7 @@ func sidecar(cfg Config, dataPortName string, appPort int32, drain time.Duration
 			fieldEnv(EnvPodName, "metadata.name"),
 			fieldEnv(EnvPodNamespace, "metadata.namespace"),
 			fieldEnv(EnvPodIP, "status.podIP"),
-		},
+		}, extra...),
 		Resources: *cfg.Resources.DeepCopy(),
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{

@@ -28,6 +28,11 @@ const (
 	// namespace scales the app on its counts (an external-push trigger
 	// whose app is the route's): nothing would wake it from zero.
 	ConditionScaledByKEDA = "ScaledByKEDA"
+
+	// ConditionIdle is set by the scalers: True when nothing keeps the app
+	// active (it may scale to zero), False with the reason that does
+	// (RequestsInFlight, RequestsHeld, RecentRequests, SidecarBypassed).
+	ConditionIdle = "Idle"
 )
 
 // AppRoute routes hosts to one app: the activator reads it to hold and
@@ -44,6 +49,9 @@ const (
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="Propagated")].status`
+// +kubebuilder:printcolumn:name="Idle",type=string,JSONPath=`.status.conditions[?(@.type=="Idle")].status`
+// +kubebuilder:printcolumn:name="Why",type=string,JSONPath=`.status.conditions[?(@.type=="Idle")].reason`
+// +kubebuilder:printcolumn:name="Cold start",type=string,JSONPath=`.status.lastColdStart.total`,priority=1
 // +kubebuilder:printcolumn:name="Endpoints",type=integer,JSONPath=`.status.readyEndpoints`
 // +kubebuilder:printcolumn:name="Activator",type=boolean,JSONPath=`.status.activatorInPath`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -128,15 +136,15 @@ type ScaleTargetReference struct {
 }
 
 // AppRouteStatus is filled by the webhook's AppRoute controller (Ready,
-// SidecarReachable, ReadyEndpoints, ActivatorInPath) and by the activators
-// (Propagated).
+// SidecarReachable, ReadyEndpoints, ActivatorInPath), by the activators
+// (Propagated, LastColdStart) and by the scalers (Idle).
 type AppRouteStatus struct {
 	// ObservedGeneration is the generation the controller last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, SidecarReachable, Conflicted, PodsInjected,
-	// Propagated.
+	// ScaledByKEDA, Propagated, Idle.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -151,6 +159,36 @@ type AppRouteStatus struct {
 	// published for the Service, so requests flow through the activator.
 	// +optional
 	ActivatorInPath bool `json:"activatorInPath"`
+
+	// LastColdStart is where the last cold start an activator saw through
+	// spent its time, phase by phase.
+	// +optional
+	LastColdStart *ColdStart `json:"lastColdStart,omitempty"`
+}
+
+// ColdStart is one cold start as an activator observed it: from the first
+// request held while the app had no ready pod to the first response byte
+// forwarded, in phases that follow one another and add up to Total.
+type ColdStart struct {
+	// Began is when the first request was held.
+	Began metav1.MicroTime `json:"began"`
+	// Total is from Began to the first response byte forwarded.
+	Total metav1.Duration `json:"total"`
+	// Phases, in order: ScalerTold, Scaled, PodCreated, PodScheduled,
+	// ContainersStarted, SidecarReady, FirstByte. A phase the activator
+	// did not see on its own (it came with the next) lasts 0s.
+	// +listType=atomic
+	Phases []ColdStartPhase `json:"phases"`
+	// Activator is the activator pod that observed it.
+	// +optional
+	Activator string `json:"activator,omitempty"`
+}
+
+// ColdStartPhase is one phase of a cold start: the time from the end of
+// the phase before it to the moment Name was observed.
+type ColdStartPhase struct {
+	Name     string          `json:"name"`
+	Duration metav1.Duration `json:"duration"`
 }
 
 // AppRouteList is a list of AppRoutes.

@@ -1,0 +1,219 @@
+// Package reqmetrics records what happens to the requests a component
+// forwards: how long each took and how it ended (status class, protocol,
+// gRPC status), as Prometheus metrics cheap enough for the hot path. Every
+// series is created up front, so recording a request takes no allocation
+// and no lock: one histogram observation, and one counter for gRPC.
+package reqmetrics
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	h1 "github.com/ebb-dev/ebb/internal/http1"
+)
+
+// Protocol is how a request came.
+type Protocol uint8
+
+// The protocols a request is recorded under.
+const (
+	HTTP1   Protocol = iota // HTTP/1.x
+	H2C                     // HTTP/2 over cleartext, gRPC excluded
+	GRPC                    // HTTP/2 with content-type application/grpc
+	Upgrade                 // an upgraded connection (WebSocket): its whole life
+	nProtocols
+)
+
+var protocolNames = [nProtocols]string{"http1", "h2c", "grpc", "upgrade"}
+
+func (p Protocol) String() string { return protocolNames[p] }
+
+// codeClasses are the values of the code label: "none" for a request that
+// got no response (the client went away first), then 1xx to 5xx.
+var codeClasses = [6]string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// grpcCodes are the names of the gRPC status codes, by number
+// (google.golang.org/grpc/codes), and "unknown" for anything else.
+var grpcCodes = [...]string{
+	"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+	"AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+	"Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss",
+	"Unauthenticated",
+}
+
+// Buckets are the request-duration histogram's bounds, in seconds: from a
+// warm hop (sub-millisecond) to a long cold start or a long-lived stream.
+var Buckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// Recorder records requests. A nil Recorder records nothing: the
+// component's metrics switch is off.
+type Recorder struct {
+	obs  [nProtocols][len(codeClasses)]prometheus.Observer
+	grpc [len(grpcCodes) + 1]prometheus.Counter
+}
+
+// New registers on reg the metrics ebb_<component>_request_duration_seconds
+// (labels protocol and code) and ebb_<component>_grpc_requests_total (label
+// grpc_code), and returns a Recorder for them.
+func New(reg prometheus.Registerer, component string) *Recorder {
+	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ebb_" + component + "_request_duration_seconds",
+		Help:    "Requests forwarded, from the first byte of the request head to the end of the response (an upgraded connection: to its close), by protocol (http1, h2c, grpc, upgrade) and status class (1xx-5xx; none: the client left before a response).",
+		Buckets: Buckets,
+	}, []string{"protocol", "code"})
+	grpcTotal := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ebb_" + component + "_grpc_requests_total",
+		Help: "gRPC requests forwarded, by the grpc-status the app answered with (unknown: none or not a known code).",
+	}, []string{"grpc_code"})
+	reg.MustRegister(hist, grpcTotal)
+	r := &Recorder{}
+	for p := range nProtocols {
+		for c, class := range codeClasses {
+			r.obs[p][c] = hist.WithLabelValues(protocolNames[p], class)
+		}
+	}
+	for i, name := range grpcCodes {
+		r.grpc[i] = grpcTotal.WithLabelValues(name)
+	}
+	r.grpc[len(grpcCodes)] = grpcTotal.WithLabelValues("unknown")
+	return r
+}
+
+// Observe records one request that began at start and got status code
+// (0: no response).
+func (r *Recorder) Observe(p Protocol, code int, start time.Time) {
+	if r == nil {
+		return
+	}
+	c := code / 100
+	if c < 1 || c > 5 {
+		c = 0
+	}
+	r.obs[p][c].Observe(time.Since(start).Seconds())
+}
+
+// ObserveGRPC counts a gRPC request's status, the value of its
+// grpc-status trailer (or header, for a trailers-only response).
+func (r *Recorder) ObserveGRPC(status string) {
+	if r == nil {
+		return
+	}
+	i := len(grpcCodes)
+	if n, ok := smallInt(status); ok && n < len(grpcCodes) {
+		i = n
+	}
+	r.grpc[i].Inc()
+}
+
+func smallInt(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 2 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
+}
+
+// IsGRPC reports whether an HTTP/2 request is gRPC, by its content type.
+func IsGRPC(r *http.Request) bool {
+	return strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+}
+
+// Writer is an http.ResponseWriter that remembers the status code, for a
+// handler that forwards with httputil.ReverseProxy (which reaches Flush and
+// Hijack through Unwrap, by http.ResponseController).
+type Writer struct {
+	http.ResponseWriter
+	Code int
+	// OnHead, when set, is called once, as the response head goes out.
+	OnHead func()
+}
+
+func (w *Writer) WriteHeader(code int) {
+	if w.Code == 0 || w.Code < 200 && code >= 200 {
+		if code >= 200 || code == http.StatusSwitchingProtocols {
+			w.Code = code
+			if w.OnHead != nil {
+				w.OnHead()
+				w.OnHead = nil
+			}
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *Writer) Write(b []byte) (int, error) {
+	if w.Code == 0 {
+		w.WriteHeader(http.StatusOK)
+		return w.ResponseWriter.Write(b)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the wrapped writer (http.ResponseController).
+func (w *Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// GRPCStatus is the grpc-status the response carried, as a trailer or
+// (trailers-only) a header; "" if none. Call it after the handler returned.
+func (w *Writer) GRPCStatus() string {
+	h := w.ResponseWriter.Header()
+	if v := h.Get("Grpc-Status"); v != "" {
+		return v
+	}
+	return h.Get(http.TrailerPrefix + "Grpc-Status")
+}
+
+// Serve forwards r with next through a Writer and records it.
+func (r *Recorder) Serve(next http.Handler, w http.ResponseWriter, req *http.Request, start time.Time) {
+	if r == nil {
+		next.ServeHTTP(w, req)
+		return
+	}
+	rw := &Writer{ResponseWriter: w}
+	next.ServeHTTP(rw, req)
+	r.Record(rw, req, start)
+}
+
+// Record records a request forwarded through rw, after the handler
+// returned.
+func (r *Recorder) Record(rw *Writer, req *http.Request, start time.Time) {
+	if r == nil {
+		return
+	}
+	p := HTTP1
+	switch {
+	case rw.Code == http.StatusSwitchingProtocols:
+		p = Upgrade
+	case req.ProtoMajor == 2 && IsGRPC(req):
+		p = GRPC
+		r.ObserveGRPC(rw.GRPCStatus())
+	case req.ProtoMajor == 2:
+		p = H2C
+	}
+	code := rw.Code
+	if code == 0 && req.Context().Err() == nil {
+		code = http.StatusOK // a handler that wrote nothing: net/http sends 200
+	}
+	r.Observe(p, code, start)
+}
+
+// ObserveH1 records the exchange the HTTP/1.1 engine just finished on cc
+// (call it after RoundTrip): an upgrade for a 101, HTTP/1.1 otherwise.
+func (r *Recorder) ObserveH1(cc *h1.Conn) {
+	if r == nil {
+		return
+	}
+	p := HTTP1
+	if cc.Status() == http.StatusSwitchingProtocols {
+		p = Upgrade
+	}
+	r.Observe(p, cc.Status(), cc.Began())
+}

@@ -1,0 +1,41 @@
+package scaler
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestIdleOf: every reason of the Idle condition, and that it agrees with
+// the activation rule KEDA is told (params.active).
+func TestIdleOf(t *testing.T) {
+	app := appKey{Namespace: "shop", Name: "hello"}
+	def := params{app: app, window: time.Minute}
+	withActivation := params{app: app, window: time.Minute, activation: 5}
+	for name, tc := range map[string]struct {
+		p        params
+		f        figures
+		reason   string
+		contains string
+	}{
+		"nothing at all":             {def, figures{}, ReasonNoRequests, "no request in flight or held, none in the last 1m0s"},
+		"a pod without a sidecar":    {def, figures{bypassedPods: 2, inFlight: 3}, ReasonSidecarBypassed, "2 running pod(s) of app hello have no sidecar"},
+		"held by the activator":      {def, figures{held: 3}, ReasonRequestsHeld, "3 request(s) held"},
+		"in flight, short":           {def, figures{inFlight: 2, inWindow: 9}, ReasonRequestsInFlight, "2 request(s) in flight."},
+		"an open WebSocket":          {def, figures{inFlight: 1, busyFor: 95 * time.Second}, ReasonRequestsInFlight, "without a break for 1m35s: a long-lived request or an open connection (WebSocket, stream)"},
+		"recent requests":            {def, figures{inWindow: 7}, ReasonRecentRequests, "7 request(s) in the last 1m0s"},
+		"below the activation":       {withActivation, figures{inFlight: 5, inWindow: 70}, ReasonBelowActivation, "concurrency 5 is not above activationConcurrency 5"},
+		"above the activation":       {withActivation, figures{inFlight: 6}, ReasonRequestsInFlight, "6 request(s) in flight"},
+		"recent, with an activation": {withActivation, figures{inWindow: 7}, ReasonNoRequests, "no request in flight or held"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := idleOf(tc.p, tc.f)
+			if got.Reason != tc.reason || !strings.Contains(got.Message, tc.contains) {
+				t.Errorf("idleOf = %+v, want reason %s and a message with %q", got, tc.reason, tc.contains)
+			}
+			if got.Idle == tc.p.active(tc.f) {
+				t.Errorf("Idle = %v but active = %v: the condition contradicts what KEDA is told", got.Idle, tc.p.active(tc.f))
+			}
+		})
+	}
+}
