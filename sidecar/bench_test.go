@@ -8,6 +8,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const smallResponse = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 14\r\n\r\nhello from vm\n"
@@ -42,14 +44,14 @@ func benchKeepAlive(b *testing.B, addr string) {
 // (parse, count, forward over a pooled connection, copy back) on loopback;
 // client and app are allocation-free, so allocs/op are the sidecar's.
 func BenchmarkHandlerChain(b *testing.B) {
-	for _, counting := range []bool{true, false} {
-		name := "counting"
-		if !counting {
-			name = "not-counting"
-		}
+	for name, set := range map[string]func(*Options){
+		"counting":           func(*Options) {},
+		"not-counting":       func(o *Options) { o.Counting = false },
+		"no-request-metrics": func(o *Options) { o.RequestMetrics = false },
+	} {
 		b.Run(name, func(b *testing.B) {
 			o := testOptions(rawUpstream(b, smallResponse))
-			o.Counting = counting
+			set(&o)
 			r := startSidecar(b, o)
 			benchKeepAlive(b, r.addr)
 		})
@@ -88,7 +90,7 @@ func BenchmarkCounting(b *testing.B) {
 
 // BenchmarkStats is one scrape of the stats endpoint's handler.
 func BenchmarkStats(b *testing.B) {
-	h := (&proxy{cnt: &counters{on: true}}).adminHandler(1)
+	h := (&proxy{cnt: &counters{on: true}, reg: prometheus.NewRegistry()}).adminHandler(1)
 	req := httptest.NewRequest("GET", "/stats", nil)
 	w := &discardWriter{h: http.Header{}}
 	b.ReportAllocs()

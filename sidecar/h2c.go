@@ -13,10 +13,13 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -79,15 +82,25 @@ func newH2CServer(p *proxy) *h2cServer {
 			p.cnt.begin(start)
 			defer p.cnt.inFlight.Add(-1)
 		}
-		if p.tracer != nil {
-			ctx, span := p.tracer.Start(tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), "ebb-sidecar",
-				trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer))
-			defer span.End()
-			if span.SpanContext().IsSampled() {
-				tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(r.Header))
+		if p.tracer == nil {
+			p.rec.Serve(rp, w, r, start)
+			return
+		}
+		ctx, span := p.tracer.Start(tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), "ebb-sidecar",
+			trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer))
+		if span.SpanContext().IsSampled() {
+			tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(r.Header))
+		}
+		rw := &reqmetrics.Writer{ResponseWriter: w}
+		rp.ServeHTTP(rw, r)
+		p.rec.Record(rw, r, start)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("http.response.status_code", rw.Code), attribute.String("server.address", r.Host))
+			if rw.Code == 0 || rw.Code >= 500 {
+				span.SetStatus(codes.Error, "")
 			}
 		}
-		p.rec.Serve(rp, w, r, start)
+		span.End()
 	})
 	h := &h2cServer{handler: handler, idle: p.opts.IdleTimeout, errLog: errLog}
 	h.cur = h.newGen()

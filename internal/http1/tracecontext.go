@@ -4,7 +4,8 @@ import "bytes"
 
 // TraceParent returns the value of the traceparent header the request
 // carries to the app (W3C Trace Context), and how many such headers it
-// has: a value is only usable when n is 1. Call it from ServeRequest,
+// has: a value is only usable when n is 1. value is the head's own bytes,
+// valid until SetTraceParent or RoundTrip. Call it from ServeRequest,
 // before RoundTrip; it scans the head, so only a component that traces
 // should.
 func (cc *Conn) TraceParent() (value []byte, n int) {
