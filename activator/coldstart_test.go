@@ -94,7 +94,7 @@ func TestColdStartPhasesAndTrace(t *testing.T) {
 	var mu sync.Mutex
 	var records []ColdStartRecord
 	dp, url, _ := rig(t, RouterOptions{
-		Metrics: NewMetrics(reg), Requests: reqmetrics.New(reg, "activator"), Tracer: tp.Tracer,
+		Metrics: NewMetrics(reg), Requests: reqmetrics.New(reg, reqmetrics.Activator), Tracer: tp.Tracer,
 		Watcher: stepWatcher{step: 20 * time.Millisecond},
 		OnColdStart: func(r ColdStartRecord) {
 			mu.Lock()
@@ -185,7 +185,7 @@ func TestColdStartPhasesAndTrace(t *testing.T) {
 // activator's request-duration histogram under their status class.
 func TestForwardedRequestsMeasured(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	dp, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg), Requests: reqmetrics.New(reg, "activator")}, AppConfig{})
+	dp, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg), Requests: reqmetrics.New(reg, reqmetrics.Activator)}, AppConfig{})
 	done := make(chan int, 1)
 	go func() { code, _, _ := do(t, t.Context(), url, "hello.test"); done <- code }()
 	waitHeld(t, dp, 1)

@@ -109,7 +109,7 @@ func Run(ctx context.Context, opts Options) error {
 	}()
 	var requests *reqmetrics.Recorder
 	if opts.RequestMetrics {
-		requests = reqmetrics.New(labelled, "activator")
+		requests = reqmetrics.New(labelled, reqmetrics.Activator)
 	}
 	coldStarts := &coldStartStatus{names: names, dyn: dyn, pod: opts.PodNamespace + "/" + opts.PodName, log: log.WithName("coldstart")}
 	router = NewRouter(RouterOptions{

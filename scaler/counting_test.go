@@ -179,7 +179,7 @@ func TestCounting(t *testing.T) {
 			r := newRig(t, fake.NewClientset(objs...), nil)
 			tc.run(t, r, sc)
 			tc.want.Namespace, tc.want.App, tc.want.Window = ns, "hello", "1m0s"
-			if diff := cmp.Diff(tc.want, r.status("hello"), cmpopts.IgnoreFields(AppStatus{}, "RatePerSecond", "Idle", "BusyFor")); diff != "" {
+			if diff := cmp.Diff(tc.want, r.status("hello"), cmpopts.IgnoreFields(AppStatus{}, "RatePerSecond", "Idle", "BusyFor"), cmpopts.IgnoreUnexported(AppStatus{})); diff != "" {
 				t.Errorf("hello (-want +got):\n%s", diff)
 			}
 			for m, want := range tc.metrics {

@@ -28,6 +28,8 @@ const (
 	metricAppColdStarts  = "ebb_scaler_app_cold_starts_total"
 	metricAppPods        = "ebb_scaler_app_pods"
 	metricAppActive      = "ebb_scaler_app_active"
+	metricAppIdle        = "ebb_scaler_app_idle"
+	metricAppBusy        = "ebb_scaler_app_busy_seconds"
 )
 
 type metrics struct {
@@ -67,13 +69,15 @@ var (
 	descColdStarts  = prometheus.NewDesc(metricAppColdStarts, "Cold starts since this scaler started: times the activators began holding requests for the app while it had no ready pod (once per cold start, whatever the number of activators).", appLabels, nil)
 	descPods        = prometheus.NewDesc(metricAppPods, "The app's pods by state: read (sidecar, Running with an IP), ready, stale (not answering, last value kept), dropped (not answering, not counted), bypassed (Running with no sidecar).", append(appLabels, "state"), nil)
 	descActive      = prometheus.NewDesc(metricAppActive, "1 while the app is active with default metadata (any request in flight, held, counted within 1m, or a bypassed pod).", appLabels, nil)
+	descIdle        = prometheus.NewDesc(metricAppIdle, "1 when nothing keeps the app active (it may scale to zero), 0 when something does; reason says what (the AppRoute's Idle condition): NoRequests, BelowActivation, RequestsInFlight, RequestsHeld, RecentRequests, SidecarBypassed.", append(appLabels, "reason"), nil)
+	descBusy        = prometheus.NewDesc(metricAppBusy, "How long some pod of the app has had requests in flight without a break: at least the age of the oldest open request (a WebSocket, a stream).", appLabels, nil)
 	descActivators  = prometheus.NewDesc(metricActivators, "Activators whose held counts this scaler keeps.", nil, nil)
 )
 
 type appCollector struct{ s *Scaler }
 
 func (c appCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConcurrency, descInFlight, descHeld, descRate, descCounted, descColdStarts, descPods, descActive, descActivators} {
+	for _, d := range []*prometheus.Desc{descConcurrency, descInFlight, descHeld, descRate, descCounted, descColdStarts, descPods, descActive, descIdle, descBusy, descActivators} {
 		ch <- d
 	}
 }
@@ -99,6 +103,12 @@ func (c appCollector) Collect(ch chan<- prometheus.Metric) {
 			active = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active, l...)
+		idle := 0.0
+		if st.Idle.Idle {
+			idle = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descIdle, prometheus.GaugeValue, idle, append(l, st.Idle.Reason)...)
+		ch <- prometheus.MustNewConstMetric(descBusy, prometheus.GaugeValue, st.busy.Seconds(), l...)
 	}
 }
 
@@ -125,7 +135,8 @@ type AppStatus struct {
 	Idle Idleness `json:"idle"`
 	// BusyFor is how long requests have been in flight on some pod
 	// without a break (the age of the oldest, at most).
-	BusyFor string `json:"busyFor,omitempty"`
+	BusyFor string        `json:"busyFor,omitempty"`
+	busy    time.Duration // BusyFor, for /metrics
 }
 
 func (s *Scaler) appStatuses(now time.Time, window time.Duration) []AppStatus {
@@ -159,6 +170,7 @@ func (s *Scaler) appStatus(k appKey, f figures, now time.Time, window time.Durat
 		Active:  p.active(f),
 		Idle:    s.idleOf(k, now),
 		BusyFor: busyFor(f),
+		busy:    f.busyFor,
 	}
 }
 

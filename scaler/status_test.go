@@ -55,7 +55,7 @@ func TestAdminEndpoints(t *testing.T) {
 		},
 		Activators: []holdpush.ActivatorStatus{{Activator: "ebb-system/activator-0", Streams: 1, Apps: 1, Held: 1}},
 	}
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(AppStatus{}, "RatePerSecond")); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(AppStatus{}, "RatePerSecond"), cmpopts.IgnoreUnexported(AppStatus{})); diff != "" {
 		t.Errorf("/apps (-want +got):\n%s", diff)
 	}
 

@@ -141,7 +141,10 @@ func (a *appState) watch(ctx context.Context) {
 // registry holds the sidecar's metrics; the counters are read from the
 // atomics at scrape time, so the hot path pays nothing for them.
 func (p *proxy) registry() *prometheus.Registry {
-	reg := p.reg
+	reg := p.metrics
+	if reg == nil {
+		reg = p.reg
+	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -171,5 +174,5 @@ func (p *proxy) registry() *prometheus.Registry {
 			return 0
 		}),
 	)
-	return reg
+	return p.reg
 }

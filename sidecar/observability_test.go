@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/stats"
 	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/ebb-dev/ebb/internal/tracing/tracingtest"
@@ -179,5 +180,29 @@ func TestStatsV2(t *testing.T) {
 	}
 	if _, body := get(t, http.DefaultClient, "http://"+r.admin+stats.Path); !strings.HasPrefix(body, "ebb1 ") {
 		t.Errorf("a reader that does not ask for v2 got %q", body)
+	}
+}
+
+// TestInstanceLabel: with --instance (the webhook sets EBB_INSTANCE to its
+// group suffix) every sidecar series carries ebb_instance, as the scaler's
+// and the activators' do, so the dashboard selects one instance's sidecars
+// whatever the scrape configuration.
+func TestInstanceLabel(t *testing.T) {
+	if instanceLabel != groupsuffix.MetricLabel {
+		t.Fatalf("instanceLabel %q, groupsuffix.MetricLabel %q", instanceLabel, groupsuffix.MetricLabel)
+	}
+	app := startTestApp(t)
+	o := testOptions(app.addr)
+	o.Instance = "team1.example.com"
+	r := startSidecar(t, o)
+	get(t, http.DefaultClient, "http://"+r.addr+"/")
+	_, body := get(t, http.DefaultClient, "http://"+r.admin+"/metrics")
+	for _, want := range []string{
+		`ebb_sidecar_requests_total{ebb_instance="team1.example.com"} 1`,
+		`ebb_sidecar_request_duration_seconds_count{code="2xx",ebb_instance="team1.example.com",protocol="http1"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

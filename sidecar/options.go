@@ -50,6 +50,9 @@ type Options struct {
 	RequestMetrics bool
 	// Tracing is --otlp-endpoint and --trace-sampling.
 	Tracing tracing.Options
+	// Instance is the ebb instance (group suffix) that injected the
+	// sidecar: the ebb_instance label of its metrics. Empty: no label.
+	Instance string
 	// Log is --log-level and --log-format.
 	Log logging.Options
 	// PodName, PodNamespace and PodIP come from the downward API and are
@@ -105,6 +108,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.AppReadiness, "app-readiness", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
 	s.Bool(&o.Counting, "counting", "count requests (turn off only to benchmark)")
 	s.Bool(&o.RequestMetrics, "request-metrics", "export the request-duration histogram and status counts")
+	s.String(&o.Instance, "instance", "the ebb instance (group suffix) that injected this sidecar, the ebb_instance label of its metrics")
 	o.Tracing.Bind(s)
 	o.Log.Bind(s)
 	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)

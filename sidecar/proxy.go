@@ -16,6 +16,10 @@ import (
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
+// instanceLabel is groupsuffix.MetricLabel, which the sidecar does not
+// import (it links apimachinery); a test keeps them equal.
+const instanceLabel = "ebb_instance"
+
 // counters are the per-pod request counters the scaler reads.
 type counters struct {
 	inFlight atomic.Int64
@@ -60,7 +64,8 @@ type proxy struct {
 	draining       atomic.Bool  // not ready: SIGTERM came
 	quietFrom      atomic.Int64 // unix nanos: when closing began, or the last request since
 	app            *appState
-	reg            *prometheus.Registry
+	reg            *prometheus.Registry // served on /metrics
+	metrics        prometheus.Registerer // reg, with the ebb_instance label
 	rec            *reqmetrics.Recorder // nil: request metrics off
 	tracer         trace.Tracer         // nil: tracing off
 }
@@ -75,8 +80,13 @@ func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {
 		reg:    prometheus.NewRegistry(),
 		tracer: tracer,
 	}
+	var reg prometheus.Registerer = p.reg
+	if opts.Instance != "" {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{instanceLabel: opts.Instance}, p.reg)
+	}
+	p.metrics = reg
 	if opts.RequestMetrics {
-		p.rec = reqmetrics.New(p.reg, "sidecar")
+		p.rec = reqmetrics.New(reg, reqmetrics.Sidecar)
 	}
 	p.h2 = newH2CServer(p)
 	p.srv = h1.NewServer(h1.Options{

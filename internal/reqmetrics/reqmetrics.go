@@ -55,17 +55,29 @@ type Recorder struct {
 	grpc [len(grpcCodes) + 1]prometheus.Counter
 }
 
-// New registers on reg the metrics ebb_<component>_request_duration_seconds
-// (labels protocol and code) and ebb_<component>_grpc_requests_total (label
-// grpc_code), and returns a Recorder for them.
-func New(reg prometheus.Registerer, component string) *Recorder {
+// Names are one component's metric names.
+type Names struct {
+	// Duration is the histogram (labels protocol and code).
+	Duration string
+	// GRPC counts gRPC requests (label grpc_code).
+	GRPC string
+}
+
+// The components that forward requests.
+var (
+	Sidecar   = Names{Duration: "ebb_sidecar_request_duration_seconds", GRPC: "ebb_sidecar_grpc_requests_total"}
+	Activator = Names{Duration: "ebb_activator_request_duration_seconds", GRPC: "ebb_activator_grpc_requests_total"}
+)
+
+// New registers on reg the metrics names, and returns a Recorder for them.
+func New(reg prometheus.Registerer, names Names) *Recorder {
 	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "ebb_" + component + "_request_duration_seconds",
+		Name:    names.Duration,
 		Help:    "Requests forwarded, from the first byte of the request head to the end of the response (an upgraded connection: to its close), by protocol (http1, h2c, grpc, upgrade) and status class (1xx-5xx; none: the client left before a response).",
 		Buckets: Buckets,
 	}, []string{"protocol", "code"})
 	grpcTotal := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ebb_" + component + "_grpc_requests_total",
+		Name: names.GRPC,
 		Help: "gRPC requests forwarded, by the grpc-status the app answered with (unknown: none or not a known code).",
 	}, []string{"grpc_code"})
 	reg.MustRegister(hist, grpcTotal)

@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ebb-dev/ebb/internal/tracing/tracingtest"
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
@@ -17,6 +19,11 @@ import (
 var (
 	lc  *cluster.Cluster
 	ebb *install.Release
+	// otlp receives the spans of the release's activators and sidecars,
+	// on the node's address so pods reach it. The release samples no trace
+	// of its own (tracing.samplingRatio=0): only requests that come with a
+	// sampled traceparent are traced.
+	otlp *tracingtest.Receiver
 )
 
 func TestMain(m *testing.M) {
@@ -25,7 +32,11 @@ func TestMain(m *testing.M) {
 		// EBB_E2E_SET adds --set values (space-separated), e.g. to try another
 		// image of a component: activator.image.tag=head.
 		var err error
-		ebb, err = install.Install(ctx, c, install.Options{Logf: logf, Set: strings.Fields(os.Getenv("EBB_E2E_SET"))})
+		if otlp, err = tracingtest.Start(net.JoinHostPort(cluster.BridgeIP, "0")); err != nil {
+			return err
+		}
+		set := append([]string{"tracing.endpoint=" + otlp.URL(), "tracing.samplingRatio=0"}, strings.Fields(os.Getenv("EBB_E2E_SET"))...)
+		ebb, err = install.Install(ctx, c, install.Options{Logf: logf, Set: set})
 		if err != nil {
 			return fmt.Errorf("install ebb from charts/ebb: %w", err)
 		}

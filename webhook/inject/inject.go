@@ -37,6 +37,9 @@ const (
 	EnvUpstream     = "EBB_UPSTREAM"
 	EnvAdminListen  = "EBB_ADMIN_LISTEN"
 	EnvDrainTimeout = "EBB_DRAIN_TIMEOUT"
+	// EnvInstance names the instance (its group suffix) on the sidecar's
+	// metrics.
+	EnvInstance = "EBB_INSTANCE"
 	// EnvResponseHeaderTimeout is set only when the pod's annotation is.
 	EnvResponseHeaderTimeout = "EBB_RESPONSE_HEADER_TIMEOUT"
 	// EnvAppReadiness carries the app container's readiness probe to the
@@ -336,6 +339,7 @@ func sidecar(cfg Config, dataPortName string, appPort int32, drain time.Duration
 			fieldEnv(EnvPodName, "metadata.name"),
 			fieldEnv(EnvPodNamespace, "metadata.namespace"),
 			fieldEnv(EnvPodIP, "status.podIP"),
+			{Name: EnvInstance, Value: cfg.Names.Suffix()},
 		}, extra...),
 		Resources: *cfg.Resources.DeepCopy(),
 		ReadinessProbe: &corev1.Probe{

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	ebbsidecar "github.com/ebb-dev/ebb/sidecar"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +62,7 @@ func wantSidecar(mods ...func(*corev1.Container)) corev1.Container {
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}},
+			{Name: "EBB_INSTANCE", Value: testCfg.Names.Suffix()},
 		},
 		Resources: testCfg.Resources,
 		ReadinessProbe: &corev1.Probe{
@@ -278,7 +281,7 @@ func TestInject(t *testing.T) {
 			s := &p.Spec.InitContainers[0]
 			s.Image = "registry.local/ebb-sidecar:dev"
 			s.Ports[0].ContainerPort, s.Ports[1].ContainerPort = 9012, 9022
-			s.Env[0].Value, s.Env[2].Value, s.Env[3].Value = ":9012", ":9022", "5s"
+			s.Env[0].Value, s.Env[2].Value, s.Env[3].Value, s.Env[7].Value = ":9012", ":9022", "5s", "team1.example.com"
 			p.Spec.Containers[0].Lifecycle = wantPreStop(9022)
 		}),
 	}, {
@@ -419,5 +422,39 @@ func TestParseApp(t *testing.T) {
 		Container: "app", Port: 8080, PortName: "http", Service: "hello", QueueSize: 500, ColdStartTimeout: 90 * time.Second, Placeholder: true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseApp (-want +got):\n%s", diff)
+	}
+}
+
+// TestInjectObservability: the sidecar gets the instance's request-metrics
+// and tracing settings as environment variables its own option parser
+// accepts, and nothing extra by default.
+func TestInjectObservability(t *testing.T) {
+	envOf := func(cfg Config) map[string]string {
+		got, _, err := Inject(appPod(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{}
+		for _, e := range got.Spec.InitContainers[0].Env {
+			env[e.Name] = e.Value
+		}
+		return env
+	}
+	def := envOf(testCfg)
+	for _, k := range []string{"EBB_REQUEST_METRICS", "EBB_OTLP_ENDPOINT", "EBB_TRACE_SAMPLING"} {
+		if _, ok := def[k]; ok {
+			t.Errorf("default injection sets %s", k)
+		}
+	}
+	cfg := testCfg
+	cfg.RequestMetrics = false
+	cfg.Tracing.Endpoint, cfg.Tracing.Sampling = "http://otel-collector.monitoring:4318", 0.25
+	env := envOf(cfg)
+	o, err := ebbsidecar.ParseOptions(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("the sidecar refuses its injected environment: %v", err)
+	}
+	if o.RequestMetrics || o.Tracing != cfg.Tracing || o.Instance != "ebb.dev" {
+		t.Errorf("sidecar options: request metrics %v, tracing %+v, instance %q", o.RequestMetrics, o.Tracing, o.Instance)
 	}
 }

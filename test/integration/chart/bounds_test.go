@@ -64,7 +64,18 @@ var chartBounds = []bound{
 	{"scaler.port=65535", true, "scaler", "--grpc-addr=:65535", nil},
 	{"scaler.port=65536", false, "scaler", "--grpc-addr=:65536", nil},
 	{"scaler.adminPort=65536", false, "scaler", "--admin-addr=:65536", nil},
+	{"tracing.samplingRatio=0", true, "activator", "--trace-sampling=0", tracingOn},
+	{"tracing.samplingRatio=1", true, "activator", "--trace-sampling=1", tracingOn},
+	{"tracing.samplingRatio=1.01", false, "activator", "--trace-sampling=1.01", tracingOn},
+	{"tracing.samplingRatio=-0.01", false, "activator", "--trace-sampling=-0.01", tracingOn},
+	{"tracing.samplingRatio=1", true, "webhook", "--sidecar-trace-sampling=1", tracingOn},
+	{"tracing.samplingRatio=1.01", false, "webhook", "--sidecar-trace-sampling=1.01", tracingOn},
+	{"tracing.endpoint=https://otel.example:4318", true, "activator", "--otlp-endpoint=https://otel.example:4318", nil},
+	{"tracing.endpoint=otel.example:4318", false, "activator", "--otlp-endpoint=otel.example:4318", nil},
 }
+
+// tracingOn is a release that traces, so the sampling ratio is rendered.
+var tracingOn = []string{"tracing.endpoint=http://otel-collector.monitoring:4318"}
 
 // TestBoundsMatchTheBinaries: every value the chart accepts at a bound is
 // accepted by the binary's own option parser from the args the chart

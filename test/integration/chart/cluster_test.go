@@ -292,6 +292,7 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"delete", "discovery.k8s.io", "endpointslices", "", "shop", "hello-ebb"},
 		{"list", "apps", "deployments", "", "", ""}, {"watch", "apps", "deployments", "", "", ""},
 		{"list", "", "pods", "", ns, ""}, {"watch", "", "pods", "", ns, ""},
+		{"watch", "", "pods", "", "shop", ""}, // a cold start's pods, by the app's label
 	}
 	activatorAllowed = append(activatorAllowed, lease("activator."+suffix)...)
 	activatorDenied := []access{
@@ -304,10 +305,12 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 
 	scalerAllowed := []access{{"list", "", "pods", "", "", ""}, {"watch", "", "pods", "", "", ""},
 		{"get", group, "approutes", "", "shop", "hello"}, {"list", group, "approutes", "", "shop", ""},
+		{"watch", group, "approutes", "", "", ""}, {"patch", group, "approutes", "status", "shop", "hello"},
 		{"get", "keda.sh", "scaledobjects", "", "shop", "hello"}, {"create", "events.k8s.io", "events", "", "shop", ""}}
 	scalerDenied := []access{
 		{"get", "", "pods", "", "shop", "hello"}, {"create", "", "pods", "", "shop", ""}, {"list", "", "services", "", "", ""},
 		{"list", "routing.ebb.dev", "approutes", "", "shop", ""}, {"update", group, "approutes", "", "shop", "hello"},
+		{"patch", group, "approutes", "", "shop", "hello"}, {"update", group, "approutes", "status", "shop", "hello"},
 		{"create", "coordination.k8s.io", "leases", "", ns, ""},
 	}
 

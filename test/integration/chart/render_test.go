@@ -571,8 +571,8 @@ func TestDashboard(t *testing.T) {
 						if m == "ebb_instance" {
 							continue // the label the scaler and activator put on every series
 						}
-						if !strings.HasPrefix(m, "ebb_scaler_") && !strings.HasPrefix(m, "ebb_activator_") {
-							t.Errorf("panel %q queries %s: only the scaler's and the activators' series carry ebb_instance whatever the scrape configuration", p.Title, m)
+						if !strings.HasPrefix(m, "ebb_scaler_") && !strings.HasPrefix(m, "ebb_activator_") && !strings.HasPrefix(m, "ebb_sidecar_") {
+							t.Errorf("panel %q queries %s: only ebb's own series carry ebb_instance whatever the scrape configuration", p.Title, m)
 						}
 						base := regexp.MustCompile(`_(bucket|count|sum)$`).ReplaceAllString(m, "")
 						if !exported[m] && !exported[base] {
@@ -581,7 +581,8 @@ func TestDashboard(t *testing.T) {
 					}
 				}
 			}
-			for _, want := range []string{"Replicas", "In flight", "Held", "Request rate", "Cold starts", "Cold start duration"} {
+			for _, want := range []string{"Replicas", "In flight", "Held", "Request rate", "Cold starts", "Cold start duration",
+				"Request latency", "Status mix", "Cold-start phases", "Not idle, and why"} {
 				if !strings.Contains(strings.Join(titles, "|"), want) {
 					t.Errorf("no %q panel in %q", want, titles)
 				}
