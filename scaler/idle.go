@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,11 @@ const (
 	ReasonRecentRequests   = "RecentRequests"
 )
 
+// withoutABreak marks the message of requests in flight for a while: the
+// first message with it is written at once (it names the open connection),
+// later ones only as messages are refreshed.
+const withoutABreak = "without a break"
+
 // Idleness is what keeps an app active, or that nothing does: the
 // activation rule of params.active, explained (the Idle condition, and
 // "idle" in GET /apps).
@@ -52,7 +58,7 @@ func idleOf(p params, f figures) Idleness {
 	case active && f.inFlight > 0:
 		msg := fmt.Sprintf("%d request(s) in flight", f.inFlight)
 		if f.busyFor >= time.Second {
-			msg += fmt.Sprintf(", without a break for %s: a long-lived request or an open connection (WebSocket, stream) keeps the app active until it closes", f.busyFor.Round(time.Second))
+			msg += fmt.Sprintf(", %s for %s: a long-lived request or an open connection (WebSocket, stream) keeps the app active until it closes", withoutABreak, f.busyFor.Round(time.Second))
 		}
 		return Idleness{Idle: false, Reason: ReasonRequestsInFlight, Message: msg + "."}
 	case p.activation == 0 && f.inWindow > 0:
@@ -92,9 +98,10 @@ func (a *asked) get(k appKey) params {
 
 // idleStatus keeps every AppRoute's Idle condition true to the figures:
 // it watches the AppRoutes and, every second, applies the condition of
-// each one whose status or reason changed, or whose message did and was
-// last written more than messageRefresh ago (so counts in messages do not
-// make a write a second). Every scaler replica computes the same figures;
+// each one whose status or reason changed, whose message now names a
+// long-lived request or no longer does, or whose message changed otherwise
+// and was last written more than messageRefresh ago (so counts in messages
+// do not make a write a second). Every scaler replica computes the same figures;
 // a replica writes only what the AppRoute does not say already.
 type idleStatus struct {
 	s   *Scaler
@@ -166,7 +173,8 @@ func (w *idleStatus) sync(ctx context.Context, u *unstructured.Unstructured, now
 	old := meta.FindStatusCondition(st.Conditions, cond.Type)
 	if old != nil && old.Status == cond.Status {
 		cond.LastTransitionTime = old.LastTransitionTime
-		if old.Reason == cond.Reason && (old.Message == cond.Message || now.Sub(w.wrote[k]) < messageRefresh) {
+		sameKind := strings.Contains(old.Message, withoutABreak) == strings.Contains(cond.Message, withoutABreak)
+		if old.Reason == cond.Reason && (old.Message == cond.Message || sameKind && now.Sub(w.wrote[k]) < messageRefresh) {
 			return
 		}
 	}

@@ -40,7 +40,7 @@ func TestColdStartTrace(t *testing.T) {
 		}
 	})
 	tp, traceID, clientSpan := tracingtest.TraceParent()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.URL+"/", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.URL, nil)
 	req.Host = a.Host
 	req.Header.Set("traceparent", tp)
 	start := time.Now()
@@ -152,8 +152,10 @@ func TestIdleWhileWebSocketOpen(t *testing.T) {
 		t.Helper()
 		var c *metav1.Condition
 		err := cluster.WaitFor(ctx, timeout, fmt.Sprintf("Idle=%s %s", status, reason), func(ctx context.Context) (bool, error) {
-			var err error
-			c, err = idle(ctx)
+			got, err := idle(ctx)
+			if got != nil {
+				c = got
+			}
 			return c != nil && c.Status == status && c.Reason == reason && strings.Contains(c.Message, contains), err
 		})
 		if err != nil {
@@ -164,7 +166,7 @@ func TestIdleWhileWebSocketOpen(t *testing.T) {
 	waitIdle(metav1.ConditionTrue, scaler.ReasonNoRequests, "may scale the app to zero", 30*time.Second)
 
 	dialer := websocket.Dialer{HandshakeTimeout: 90 * time.Second}
-	ws, _, err := dialer.DialContext(ctx, "ws"+strings.TrimPrefix(a.URL, "http")+"/ws", http.Header{"Host": {a.Host}})
+	ws, _, err := dialer.DialContext(ctx, "ws"+strings.TrimPrefix(a.URL, "http")+"ws", http.Header{"Host": {a.Host}})
 	if err != nil {
 		t.Fatalf("WebSocket through the Service: %v", err)
 	}

@@ -34,6 +34,7 @@ type benchConfig struct {
 	rebuild  bool
 	basePort int
 	nice     int
+	baseline string
 	pairs    int
 }
 
@@ -60,6 +61,7 @@ func main() {
 	flag.BoolVar(&c.rebuild, "rebuild", false, "rebuild bin/ebb-sidecar and bin/ebb-test-app")
 	flag.IntVar(&c.basePort, "port", 19080, "first loopback port used")
 	flag.IntVar(&c.pairs, "pairs", 12, "extra back-to-back 1s runs of counting on/off, for the counting cost")
+	flag.StringVar(&c.baseline, "baseline", "", "another ebb-sidecar binary (an earlier build) to pair with this one: what the changes since cost")
 	flag.IntVar(&c.nice, "nice", 0, "run servers and wrk at this nice level (negative needs root) to shield them from other load")
 	flag.Parse()
 	if c.duration <= 0 || c.duration > time.Minute || c.rounds < 1 || c.rounds > 15 || c.conns < 1 || c.conns > 1024 || c.hold < 1 || c.hold > 5000 {
@@ -112,16 +114,23 @@ func run(c benchConfig) error {
 	if err := procs.start(c, "app", []string{"bin/ebb-test-app", "--listen", app}, nil); err != nil {
 		return err
 	}
-	sidecar := func(name string, port int, counting bool) error {
-		return procs.start(c, name, []string{"bin/ebb-sidecar", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-			"--admin-listen", fmt.Sprintf("127.0.0.1:%d", port+100), "--upstream", app,
-			"--counting=" + strconv.FormatBool(counting), "--log-level", "error"}, nil)
+	sidecar := func(name, bin string, port int, flags ...string) error {
+		return procs.start(c, name, append([]string{bin, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+			"--admin-listen", fmt.Sprintf("127.0.0.1:%d", port+100), "--upstream", app, "--log-level", "error"}, flags...), nil)
 	}
-	if err := sidecar("sidecar", p+1, true); err != nil {
+	if err := sidecar("sidecar", "bin/ebb-sidecar", p+1); err != nil {
 		return err
 	}
-	if err := sidecar("sidecar-nocount", p+2, false); err != nil {
+	if err := sidecar("sidecar-nocount", "bin/ebb-sidecar", p+2, "--counting=false"); err != nil {
 		return err
+	}
+	if err := sidecar("sidecar-nometrics", "bin/ebb-sidecar", p+8, "--request-metrics=false"); err != nil {
+		return err
+	}
+	if c.baseline != "" {
+		if err := sidecar("sidecar-baseline", c.baseline, p+9); err != nil {
+			return err
+		}
 	}
 	// nginx, the peer: Debian's build, one worker pinned with the sidecar.
 	ngx, err := startNginx(c, p+6, app)
@@ -135,7 +144,7 @@ func run(c benchConfig) error {
 	if err := procs.start(c, "tcpforward", []string{self, "tcpforward", fmt.Sprintf("127.0.0.1:%d", p+5), app}, nil); err != nil {
 		return err
 	}
-	for _, port := range []int{p, p + 1, p + 2, p + 3, p + 5} {
+	for _, port := range []int{p, p + 1, p + 2, p + 3, p + 5, p + 8} {
 		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/", port)); err != nil {
 			return err
 		}
@@ -143,6 +152,8 @@ func run(c benchConfig) error {
 	direct := target{name: "direct", port: p}
 	side := target{name: "sidecar", port: p + 1, pids: []int{procs.pid("sidecar")}}
 	nocount := target{name: "sidecar, counting off", port: p + 2, pids: []int{procs.pid("sidecar-nocount")}}
+	nometrics := target{name: "sidecar, request metrics off", port: p + 8, pids: []int{procs.pid("sidecar-nometrics")}}
+	baseline := target{name: "sidecar, baseline", port: p + 9, pids: []int{procs.pid("sidecar-baseline")}}
 	nginx := target{name: "nginx", port: p + 6, pids: ngx.pids()}
 	rproxy := target{name: "httputil.ReverseProxy", port: p + 3, pids: []int{procs.pid("reverseproxy")}}
 	floor := target{name: "TCP forwarder", port: p + 5, pids: []int{procs.pid("tcpforward")}}
@@ -180,6 +191,16 @@ func run(c benchConfig) error {
 	// difference is small, so it gets many short pairs of its own.
 	pairCfg := c
 	pairCfg.duration = time.Second
+	// The same for request metrics off, and for the baseline build: pairs
+	// of their own, [this sidecar, the other].
+	others := []target{nometrics}
+	if c.baseline != "" {
+		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/", baseline.port)); err != nil {
+			return err
+		}
+		others = append(others, baseline)
+	}
+	pairs := map[string][][2]wrkResult{}
 	for r := range c.pairs {
 		pair := []target{side, nocount}
 		if r%2 == 1 {
@@ -192,6 +213,20 @@ func run(c benchConfig) error {
 			}
 			res[t.name] = append(res[t.name], w)
 			errs += w.errors
+		}
+		for _, o := range others {
+			var got [2]wrkResult
+			for _, i := range []int{r % 2, 1 - r%2} {
+				t := []target{side, o}[i]
+				w, err := measure(pairCfg, t, c.conns)
+				if err != nil {
+					return err
+				}
+				got[i] = w
+				errs += w.errors
+			}
+			pairs[o.name] = append(pairs[o.name], got)
+			fmt.Fprintf(os.Stderr, "pair %d  c=%d  sidecar %9.0f req/s  %-28s %9.0f req/s\n", r+1, c.conns, got[0].rps, o.name, got[1].rps)
 		}
 	}
 	// Latency, c=1: direct, sidecar, nginx and the bare TCP forwarder back to
@@ -333,6 +368,21 @@ func run(c benchConfig) error {
 		cpuCostMet = fmt.Sprintf("not resolvable here: pairs spread %.0f…%.0f %% (interquartile)", 100*cpuCostLo, 100*cpuCostHi)
 	}
 	fmt.Printf("| counting cost, CPU-normalised | %.1f %% | ≤ 3 %% | %s |\n", 100*costCPU, cpuCostMet)
+	for _, o := range others {
+		var wall, cpu []float64
+		for _, pr := range pairs[o.name] {
+			wall = append(wall, 1-pr[0].rps/pr[1].rps)
+			cpu = append(cpu, 1-pr[1].cpuPerReq/pr[0].cpuPerReq)
+		}
+		lo, hi := quartiles(wall)
+		what, target := "request-metrics cost (1 − on÷off)", "≤ 3 %"
+		if o.name == baseline.name {
+			what, target = "cost of this build over the baseline (1 − this÷baseline)", ""
+		}
+		fmt.Printf("| **%s**, median of %d adjacent pairs, wall clock (interquartile) | **%.1f %%** (%.1f…%.1f %%) | %s | %s |\n",
+			what, len(wall), 100*median(wall), 100*lo, 100*hi, target, met(target == "" || median(wall) <= 0.03))
+		fmt.Printf("| %s, CPU-normalised | %.1f %% | %s | |\n", what, 100*median(cpu), target)
+	}
 	fmt.Printf("| p50 c=1 direct / sidecar / nginx | %.0f / %.0f / %.0f µs | | |\n", p50(direct.name), p50(side.name), p50(nginx.name))
 	fmt.Printf("| **p50 added** (median of per-round differences) | **%+.0f µs** | ≤ +40 µs | %s |\n", addP50, met(addP50 <= 40))
 	fmt.Printf("| p50 added by nginx (peer) | %+.0f µs | | |\n", ngxAddP50)
