@@ -64,10 +64,10 @@ type proxy struct {
 	draining       atomic.Bool  // not ready: SIGTERM came
 	quietFrom      atomic.Int64 // unix nanos: when closing began, or the last request since
 	app            *appState
-	reg            *prometheus.Registry // served on /metrics
+	reg            *prometheus.Registry  // served on /metrics
 	metrics        prometheus.Registerer // reg, with the ebb_instance label
-	rec            *reqmetrics.Recorder // nil: request metrics off
-	tracer         trace.Tracer         // nil: tracing off
+	rec            *reqmetrics.Recorder  // nil: request metrics off
+	tracer         trace.Tracer          // nil: tracing off
 }
 
 func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {

@@ -45,7 +45,9 @@ func (h *traceHandler) served() int {
 	return len(h.codes)
 }
 
-func (h *traceHandler) UpstreamError(up *Upstream, err error) string { return "ebb-test: " + err.Error() }
+func (h *traceHandler) UpstreamError(up *Upstream, err error) string {
+	return "ebb-test: " + err.Error()
+}
 
 func startTraceEngine(t *testing.T, appAddr, set string) (string, *traceHandler) {
 	t.Helper()
@@ -87,34 +89,34 @@ func TestTraceParentRewrite(t *testing.T) {
 		wantOK        bool
 	}{
 		"one, rewritten in place": {
-			send:    "POST /a HTTP/1.1\r\nHost: h\r\ntraceparent: " + clientTP + "\r\nContent-Length: 5\r\n\r\nhello",
-			wantApp: "POST /a HTTP/1.1\r\nHost: h\r\ntraceparent: " + ebbTP + "\r\nContent-Length: 5\r\nX-Forwarded-For: 127.0.0.1\r\n\r\nhello",
+			send:      "POST /a HTTP/1.1\r\nHost: h\r\ntraceparent: " + clientTP + "\r\nContent-Length: 5\r\n\r\nhello",
+			wantApp:   "POST /a HTTP/1.1\r\nHost: h\r\ntraceparent: " + ebbTP + "\r\nContent-Length: 5\r\nX-Forwarded-For: 127.0.0.1\r\n\r\nhello",
 			wantFound: clientTP, wantN: 1, wantOK: true,
 		},
 		"odd spacing and case": {
-			send:    "GET /b HTTP/1.1\r\nHost: h\r\nTraceParent:   " + clientTP + "  \r\n\r\n",
-			wantApp: "GET /b HTTP/1.1\r\nHost: h\r\nTraceParent:   " + ebbTP + "  \r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+			send:      "GET /b HTTP/1.1\r\nHost: h\r\nTraceParent:   " + clientTP + "  \r\n\r\n",
+			wantApp:   "GET /b HTTP/1.1\r\nHost: h\r\nTraceParent:   " + ebbTP + "  \r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
 			wantFound: clientTP, wantN: 1, wantOK: true,
 		},
 		"none, added": {
 			send:    "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
 			wantApp: "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 127.0.0.1\r\ntraceparent: " + ebbTP + "\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-			wantN: 0, wantOK: true,
+			wantN:   0, wantOK: true,
 		},
 		"two, left alone": {
-			send:    "GET /d HTTP/1.1\r\nHost: h\r\ntraceparent: " + clientTP + "\r\ntraceparent: " + clientTP + "\r\n\r\n",
-			wantApp: "GET /d HTTP/1.1\r\nHost: h\r\ntraceparent: " + clientTP + "\r\ntraceparent: " + clientTP + "\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+			send:      "GET /d HTTP/1.1\r\nHost: h\r\ntraceparent: " + clientTP + "\r\ntraceparent: " + clientTP + "\r\n\r\n",
+			wantApp:   "GET /d HTTP/1.1\r\nHost: h\r\ntraceparent: " + clientTP + "\r\ntraceparent: " + clientTP + "\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
 			wantFound: clientTP, wantN: 2,
 		},
 		"another length, left alone": {
-			send:    "GET /e HTTP/1.1\r\nHost: h\r\ntraceparent: 00-short-01\r\n\r\n",
-			wantApp: "GET /e HTTP/1.1\r\nHost: h\r\ntraceparent: 00-short-01\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+			send:      "GET /e HTTP/1.1\r\nHost: h\r\ntraceparent: 00-short-01\r\n\r\n",
+			wantApp:   "GET /e HTTP/1.1\r\nHost: h\r\ntraceparent: 00-short-01\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
 			wantFound: "00-short-01", wantN: 1,
 		},
 		"named by Connection: dropped, then added": {
 			send:    "GET /f HTTP/1.1\r\nHost: h\r\nConnection: traceparent\r\ntraceparent: " + clientTP + "\r\n\r\n",
 			wantApp: "GET /f HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 127.0.0.1\r\ntraceparent: " + ebbTP + "\r\n\r\n",
-			wantN: 0, wantOK: true,
+			wantN:   0, wantOK: true,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

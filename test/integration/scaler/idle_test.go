@@ -131,7 +131,7 @@ func TestIdleReasons(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "hello-without-sidecar", Namespace: ns, Labels: map[string]string{names.AppLabel(): app}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/ebb-dev/ebb-test-app:dev", Args: []string{"--listen=:8080"}}},
+			Containers:                    []corev1.Container{{Name: "app", Image: "ghcr.io/ebb-dev/ebb-test-app:dev", Args: []string{"--listen=:8080"}}},
 		},
 	}
 	if _, err := lc.Client.CoreV1().Pods(ns).Create(ctx, bare, metav1.CreateOptions{}); err != nil {
