@@ -196,6 +196,8 @@ func TestInstanceLabel(t *testing.T) {
 	o.Instance = "team1.example.com"
 	r := startSidecar(t, o)
 	get(t, http.DefaultClient, "http://"+r.addr+"/")
+	// Recorded just after the client has the whole response.
+	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
 	_, body := get(t, http.DefaultClient, "http://"+r.admin+"/metrics")
 	for _, want := range []string{
 		`ebb_sidecar_requests_total{ebb_instance="team1.example.com"} 1`,
