@@ -58,30 +58,29 @@ const (
 	V2Query = "v=2"
 )
 
-// AppendV2 appends the ebb2 wire form of s to b.
-func (s Snapshot) AppendV2(b []byte) []byte {
-	b = append(b, magicV2...)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, s.InFlight, 10)
-	b = append(b, ' ')
-	b = strconv.AppendUint(b, s.Total, 10)
-	b = append(b, ' ')
-	b = strconv.AppendUint(b, s.BootID, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, s.BusyFor.Milliseconds(), 10)
-	return append(b, '\n')
-}
-
 // Append appends the wire form of s to b and returns the extended slice; it
 // does not allocate when b has room.
-func (s Snapshot) Append(b []byte) []byte {
-	b = append(b, magic...)
+func (s Snapshot) Append(b []byte) []byte { return s.appendLine(b, false) }
+
+// AppendV2 appends the ebb2 wire form of s to b, as Append does.
+func (s Snapshot) AppendV2(b []byte) []byte { return s.appendLine(b, true) }
+
+func (s Snapshot) appendLine(b []byte, v2 bool) []byte {
+	if v2 {
+		b = append(b, magicV2...)
+	} else {
+		b = append(b, magic...)
+	}
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, s.InFlight, 10)
 	b = append(b, ' ')
 	b = strconv.AppendUint(b, s.Total, 10)
 	b = append(b, ' ')
 	b = strconv.AppendUint(b, s.BootID, 10)
+	if v2 {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, s.BusyFor.Milliseconds(), 10)
+	}
 	return append(b, '\n')
 }
 

@@ -3,6 +3,7 @@ package stats
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -53,4 +54,23 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("reparse of %+v: %+v, %v", s, again, err)
 		}
 	})
+}
+
+// TestV2: the ebb2 line carries BusyFor; each magic has its own field
+// count, so neither form is read as the other.
+func TestV2(t *testing.T) {
+	s := Snapshot{InFlight: 1, Total: 9, BootID: 42, BusyFor: 95 * time.Second}
+	line := s.AppendV2(nil)
+	if string(line) != "ebb2 1 9 42 95000\n" {
+		t.Fatalf("AppendV2 = %q", line)
+	}
+	got, err := Parse(line)
+	if err != nil || got != s {
+		t.Errorf("Parse(%q) = %+v, %v", line, got, err)
+	}
+	for _, bad := range []string{"ebb1 1 9 42 95000", "ebb2 1 9 42", "ebb2 1 9 42 -1", "ebb2 1 9 42 x"} {
+		if _, err := Parse([]byte(bad)); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
 }
