@@ -108,6 +108,7 @@ type ColdStartWatcher interface {
 
 // beginColdStart starts tracking a cold start of a at now. Callers hold a.mu.
 func (d *Router) beginColdStart(a *app, now time.Time) {
+	a.endColdStart() // one that became ready but never forwarded a byte
 	cs := &coldStart{}
 	cs.m.mark(markHeld, now)
 	a.cs = cs
