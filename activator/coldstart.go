@@ -177,6 +177,7 @@ func (d *Router) firstByte(a *app, t time.Time) {
 	cs := a.cs
 	if cs == nil || cs.m[markReady].IsZero() {
 		a.mu.Unlock()
+		d.opts.Log.V(1).Info("first byte forwarded outside a cold start", "app", a.key.String(), "coldStart", cs != nil)
 		return
 	}
 	cs.m[markFirstByte] = t

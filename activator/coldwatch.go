@@ -148,8 +148,10 @@ func (c *coldStartStatus) record(rec ColdStartRecord) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := c.apply(ctx, rec); err != nil {
-			c.log.V(1).Info("cannot record the cold start in the AppRoute's status", "app", rec.Namespace+"/"+rec.App, "error", err.Error())
+			c.log.Info("cannot record the cold start in the AppRoute's status", "app", rec.Namespace+"/"+rec.App, "error", err.Error())
+			return
 		}
+		c.log.V(1).Info("cold start recorded", "app", rec.Namespace+"/"+rec.App, "total", rec.Total().String())
 	}()
 }
 

@@ -71,38 +71,51 @@ func idleOf(p params, f figures) Idleness {
 }
 
 // asked remembers, per app, the last params a ScaledObject asked with
-// (its rate window and activation threshold); an app no ScaledObject
-// asked about has the defaults.
+// (its rate window and activation threshold) and when. KEDA talks to one
+// scaler replica at a time, so only that replica knows them: a replica
+// writes an app's Idle condition only while KEDA asks it about the app,
+// and two replicas never disagree over a window one of them does not know.
 type asked struct {
 	mu sync.Mutex
-	m  map[appKey]params
+	m  map[appKey]askedParams
 }
+
+type askedParams struct {
+	p  params
+	at time.Time
+}
+
+// askedFresh is how long a replica keeps writing an app's Idle condition
+// after KEDA last asked it about the app (KEDA asks every pollingInterval).
+const askedFresh = 2 * time.Minute
 
 func (a *asked) set(p params) {
 	a.mu.Lock()
 	if a.m == nil {
-		a.m = map[appKey]params{}
+		a.m = map[appKey]askedParams{}
 	}
-	a.m[p.app] = p
+	a.m[p.app] = askedParams{p, time.Now()}
 	a.mu.Unlock()
 }
 
-func (a *asked) get(k appKey) params {
+// get returns what k was last asked with, and whether that was within
+// askedFresh of now; an app no ScaledObject asked about has the defaults.
+func (a *asked) get(k appKey, now time.Time) (params, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if p, ok := a.m[k]; ok {
-		return p
+	if ap, ok := a.m[k]; ok {
+		return ap.p, now.Sub(ap.at) < askedFresh
 	}
-	return params{app: k, window: DefaultRateWindow}
+	return params{app: k, window: DefaultRateWindow}, false
 }
 
-// idleStatus keeps every AppRoute's Idle condition true to the figures:
-// it watches the AppRoutes and, every second, applies the condition of
-// each one whose status or reason changed, whose message now names a
-// long-lived request or no longer does, or whose message changed otherwise
-// and was last written more than messageRefresh ago (so counts in messages
-// do not make a write a second). Every scaler replica computes the same figures;
-// a replica writes only what the AppRoute does not say already.
+// idleStatus keeps the Idle condition of the AppRoutes KEDA asks this
+// replica about (see asked) true to the figures: it watches the AppRoutes
+// and, every second, applies the condition of each whose status or reason
+// changed, whose message now names a long-lived request or no longer does,
+// or whose message changed otherwise and was last written more than
+// messageRefresh ago (so counts in messages do not make a write a second).
+// It writes only what the AppRoute does not say already.
 type idleStatus struct {
 	s   *Scaler
 	dyn dynamic.Interface
@@ -154,7 +167,10 @@ func (w *idleStatus) run(ctx context.Context) {
 
 func (w *idleStatus) sync(ctx context.Context, u *unstructured.Unstructured, now time.Time) {
 	k := appKey{Namespace: u.GetNamespace(), Name: u.GetName()}
-	p := w.s.asked.get(k)
+	p, fresh := w.s.asked.get(k, now)
+	if !fresh {
+		return // KEDA asks another replica, or nobody: its rate window is not known here
+	}
 	var f figures
 	if a := w.s.reg.lookup(k); a != nil {
 		f = a.figures(now, p.window)
@@ -179,9 +195,10 @@ func (w *idleStatus) sync(ctx context.Context, u *unstructured.Unstructured, now
 		}
 	}
 	if err := w.apply(ctx, k, cond); err != nil {
-		w.log.V(1).Info("cannot set the Idle condition", "app", k.Namespace+"/"+k.Name, "error", err.Error())
+		w.log.Info("cannot set the Idle condition", "app", k.Namespace+"/"+k.Name, "error", err.Error())
 		return
 	}
+	w.log.Info("Idle condition", "app", k.Namespace+"/"+k.Name, "idle", cond.Status, "reason", cond.Reason, "took", time.Since(now).String())
 	w.wrote[k] = now
 }
 

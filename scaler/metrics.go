@@ -176,7 +176,7 @@ func (s *Scaler) appStatus(k appKey, f figures, now time.Time, window time.Durat
 
 // idleOf is k's Idleness under what its ScaledObject asked.
 func (s *Scaler) idleOf(k appKey, now time.Time) Idleness {
-	p := s.asked.get(k)
+	p, _ := s.asked.get(k, now)
 	var f figures
 	if a := s.reg.lookup(k); a != nil {
 		f = a.figures(now, p.window)

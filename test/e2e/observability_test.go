@@ -130,7 +130,7 @@ func TestColdStartTrace(t *testing.T) {
 // the WebSocket closes the app goes to zero and Idle turns True.
 func TestIdleWhileWebSocketOpen(t *testing.T) {
 	ctx := t.Context()
-	a := deployAtZero(t, "e2e-idle", "hello")
+	a := deployAtZero(t, "e2e-why-idle", "hello")
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpState(t, a.Namespace)

@@ -30,7 +30,8 @@ import (
 // RequestsHeld (a push), RecentRequests (a request within the window),
 // RequestsInFlight naming a long request, BelowActivation (the same
 // request under activationConcurrency 5), SidecarBypassed (a pod of the
-// app without a sidecar).
+// app without a sidecar). A second scaler replica runs beside the one
+// KEDA asks.
 func TestIdleReasons(t *testing.T) {
 	ctx := t.Context()
 	names := groupsuffix.MustNew(groupsuffix.Default)
@@ -40,6 +41,12 @@ func TestIdleReasons(t *testing.T) {
 	}
 	installAppRoutes(t, ns, app)
 	s := startScaler(t)
+	// A second replica that KEDA does not ask (the ScaledObject names the
+	// first): it sees the same pods and pushes but not the 3s rate window,
+	// and must not write its own idea of the condition (it did, flapping
+	// RecentRequests under the default 1m window against the first one's
+	// NoRequests every second).
+	startScaler(t)
 	if _, err := lc.Client.AppsV1().Deployments(ns).Create(ctx, fixtures.App(names, ns, app, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
