@@ -164,8 +164,7 @@ func (w *Writer) WriteHeader(code int) {
 
 func (w *Writer) Write(b []byte) (int, error) {
 	if w.Code == 0 {
-		w.WriteHeader(http.StatusOK)
-		return w.ResponseWriter.Write(b)
+		w.WriteHeader(http.StatusOK) // as net/http does for a first Write
 	}
 	return w.ResponseWriter.Write(b)
 }
