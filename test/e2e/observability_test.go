@@ -33,7 +33,11 @@ func within10(got, want time.Duration) bool {
 // status.lastColdStart shows the same phases.
 func TestColdStartTrace(t *testing.T) {
 	ctx := t.Context()
-	a := deployAtZero(t, "e2e-trace", "hello")
+	// Each e2e app has a name of its own: its host is <name>.example.com,
+	// and the activator routes by host across namespaces (the older
+	// AppRoute of a shared host wins), so an earlier test's "hello" would
+	// take this test's requests.
+	a := deployAtZero(t, "e2e-trace", "traced")
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpState(t, a.Namespace)
@@ -130,7 +134,7 @@ func TestColdStartTrace(t *testing.T) {
 // the WebSocket closes the app goes to zero and Idle turns True.
 func TestIdleWhileWebSocketOpen(t *testing.T) {
 	ctx := t.Context()
-	a := deployAtZero(t, "e2e-why-idle", "hello")
+	a := deployAtZero(t, "e2e-why-idle", "awake")
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpState(t, a.Namespace)
