@@ -214,14 +214,18 @@ func (d *Router) traceHeld(span trace.Span, m marks, ok bool, from, firstByte ti
 	m = m.resolve()
 	ctx := trace.ContextWithSpan(context.Background(), span)
 	for i, name := range PhaseNames {
-		start, end := m[i], m[i+1]
-		if end.Before(from) {
-			continue
-		}
-		if start.Before(from) {
-			start = from
-		}
+		// A phase that ended before the request was held is kept, 0 long
+		// at its start, so every trace names every phase.
+		start, end := later(m[i], from), later(m[i+1], from)
 		_, s := d.opts.Tracer.Start(ctx, name, trace.WithTimestamp(start), trace.WithAttributes(attribute.Int("ebb.phase.index", i)))
 		s.End(trace.WithTimestamp(end))
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }

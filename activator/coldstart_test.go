@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/testwait"
@@ -229,4 +230,54 @@ func forwarded(t *testing.T, reg *prometheus.Registry) uint64 {
 		}
 	}
 	return 0
+}
+
+// TestTraceHeldLateJoiner: a request held after some phases of its cold
+// start had ended (here the scaler was told before the request's own hold
+// time was taken) still gets a span for every phase, those before its
+// wait lasting 0, and the spans add up to its wait. Regression: phases
+// that ended before the request's hold were left out of its trace.
+func TestTraceHeldLateJoiner(t *testing.T) {
+	rcv, err := tracingtest.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close()
+	tp := tracing.New(tracing.Options{Endpoint: rcv.URL()}, "ebb-activator")
+	defer tp.Shutdown(context.Background())
+	d := NewRouter(RouterOptions{Tracer: tp.Tracer})
+	defer d.Close()
+
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var m marks
+	for i, ms := range []int{0, 1, 30, 35, 40, 140, 190} {
+		m[i] = at(ms)
+	}
+	clientTP, traceID, _ := tracingtest.TraceParent()
+	ctx := tracing.Propagator.Extract(context.Background(), tracing.Bytes(clientTP))
+	_, span := tp.Tracer.Start(ctx, "ebb-activator hold", trace.WithTimestamp(at(2)))
+	d.traceHeld(span, m, true, at(2), at(200))
+	span.End(trace.WithTimestamp(at(200)))
+	if err := tp.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]tracingtest.Span{}
+	for _, s := range rcv.Trace(traceID) {
+		byName[s.Name] = s
+	}
+	var sum time.Duration
+	for _, name := range PhaseNames {
+		s, ok := byName[name]
+		if !ok {
+			t.Errorf("no %s span", name)
+		}
+		sum += s.Duration()
+	}
+	if s := byName[PhaseNames[0]]; s.Duration() != 0 {
+		t.Errorf("%s lasted %v within the request's wait, want 0", s.Name, s.Duration())
+	}
+	if sum != 198*time.Millisecond {
+		t.Errorf("the phase spans add up to %v, want the request's 198ms wait", sum)
+	}
 }

@@ -410,8 +410,8 @@ const (
 	globalFull
 )
 
-// admit takes a slot in a's queue and tells the scaler.
-func (d *Router) admit(a *app, limit int) admission {
+// admit takes a slot in a's queue at now and tells the scaler.
+func (d *Router) admit(a *app, limit int, now time.Time) admission {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.held >= int64(limit) {
@@ -425,8 +425,8 @@ func (d *Router) admit(a *app, limit int) admission {
 	d.opts.Pusher.Set(a.push, a.held)
 	a.heldGauge.Set(float64(a.held))
 	if a.coldSince.IsZero() {
-		a.coldSince = time.Now()
-		d.beginColdStart(a, a.coldSince)
+		a.coldSince = now
+		d.beginColdStart(a, now)
 	}
 	if !a.probing {
 		a.probing = true
@@ -457,7 +457,10 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	}
 	limit := cmp.Or(cfg.QueueSize, d.opts.QueueSize)
 	timeout := cmp.Or(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
-	switch d.admit(a, limit) {
+	// Taken before admission, which may start a cold start (and tell the
+	// scaler) at this very time: the first request's wait is the cold start.
+	start := time.Now()
+	switch d.admit(a, limit, start) {
 	case appFull:
 		d.reject(w, a, fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit))
 		return
@@ -465,7 +468,6 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		d.reject(w, a, fmt.Sprintf("the activator holds its maximum of %d requests", d.opts.MaxHeld))
 		return
 	}
-	start := time.Now()
 	if d.park(w, r, a, start, timeout) {
 		return
 	}
@@ -515,7 +517,7 @@ const placeholderRefresh = 2 * time.Second
 
 func (d *Router) placeholder(w http.ResponseWriter, a *app) {
 	d.opts.Metrics.placeholder.Inc()
-	if d.admit(a, cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize)) == admitted {
+	if d.admit(a, cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize), time.Now()) == admitted {
 		time.AfterFunc(placeholderRefresh, func() { d.leave(a) })
 	}
 	h := w.Header()

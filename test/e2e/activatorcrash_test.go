@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -37,6 +38,37 @@ const crashRemovalBound = 2 * time.Second
 // test packages run (3 of 1,156 requests were refused between 1 and 2 s in
 // one fresh-clone CI run).
 const kubeProxyLag = 2 * time.Second
+
+// waitKubeProxyWithout waits until kube-proxy's chain for a's Service no
+// longer sends to ip, and returns when it saw that. kube-proxy is not ebb:
+// its lag is waited out, bounded, and not counted against ebb.
+func waitKubeProxyWithout(t *testing.T, a *install.AppAtZero, ip string) time.Time {
+	t.Helper()
+	chain := "-" + a.Namespace + "/" + a.Name + "/tcp/" // service-<hash>-<ns>/<name>/tcp/<port>
+	var last string
+	if err := cluster.WaitFor(t.Context(), 15*time.Second, "kube-proxy's rules for "+a.Namespace+"/"+a.Name+" without "+ip, func(context.Context) (bool, error) {
+		out, err := exec.Command("nft", "list", "table", "ip", "kube-proxy").Output()
+		if err != nil {
+			return false, fmt.Errorf("nft list table ip kube-proxy: %w", err)
+		}
+		in, found := false, false
+		for line := range strings.Lines(string(out)) {
+			switch {
+			case strings.HasPrefix(strings.TrimSpace(line), "chain "):
+				in = strings.Contains(line, chain)
+				found = found || in
+			case in && strings.Contains(line, " "+ip+" . "):
+				last = strings.TrimSpace(line)
+				return false, nil
+			}
+		}
+		return found, nil
+	}); err != nil {
+		dumpState(t, a.Namespace)
+		t.Fatalf("%v; its rule: %s", err, last)
+	}
+	return time.Now()
+}
 
 // TestActivatorProcessCrash: an app that cannot start stays behind the
 // activators' hand-off slice while a request goes to its Service every

@@ -174,7 +174,11 @@ func TestActivatorKilledWhileHolding(t *testing.T) {
 		t.Fatalf("%v (the survivor must take the hand-off over, not wait the Lease out)", err)
 	}
 	t.Logf("hand-off slice without the killed activator %v after the kill", time.Since(killed).Round(time.Millisecond))
-	time.Sleep(kubeProxyLag) // kube-proxy's sync period and its time to apply (1.5 s was too short in a CI run: 3 refused)
+	// Requests go to the Service: they reach the survivor once kube-proxy
+	// has applied the slice (2 s after it was not always enough in CI:
+	// 6 of 10 refused by the dying pod's network namespace).
+	applied := waitKubeProxyWithout(t, a, leader.Status.PodIP)
+	t.Logf("kube-proxy routes the Service without the killed activator %v after the kill", applied.Sub(killed).Round(time.Millisecond))
 	after := install.Send(ctx, a.URL, a.Host, n, 60*time.Second)
 	wg.Wait()
 	if err := install.Failures(after); err != nil {
