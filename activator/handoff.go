@@ -2,8 +2,6 @@ package activator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,20 +42,19 @@ type handoff struct {
 	names   groupsuffix.Names
 	log     logr.Logger
 	kube    kubernetes.Interface
-	src     *sources // and its cache: Deployments, this instance's activator pods
+	src     *sources // and its cache: Deployments, this pool's activator pods
+	bind    *binder
 	metrics *Metrics
+
+	// handingOver: since when a slice of this pool has been kept for a
+	// route another pool now admits, until that pool's slice can serve.
+	handingOver map[string]time.Time
 }
 
-// handoffSliceName is the hand-off slice of a Service: one per Service and
-// instance, the instance told apart by a hash of its managed-by value.
-func handoffSliceName(service string, names groupsuffix.Names) string {
-	sum := sha256.Sum256([]byte(names.EndpointSliceManagedBy()))
-	suffix := "-activator-" + hex.EncodeToString(sum[:4])
-	if len(service) > 63-len(suffix) {
-		service = service[:63-len(suffix)]
-	}
-	return service + suffix
-}
+// handoverGrace bounds how long a pool keeps the hand-off slice of a route
+// another pool now admits, waiting for that pool's own slice to have a
+// ready activator.
+const handoverGrace = 30 * time.Second
 
 // Reconcile publishes or removes every hand-off slice at once, on each
 // change and every 10 s; after a failure, again within a second.
@@ -88,16 +85,35 @@ func (h *handoff) reconcileAll(ctx context.Context) error {
 	if err := h.src.cache.List(ctx, &ours, client.MatchingLabels{discoveryv1.LabelManagedBy: h.names.EndpointSliceManagedBy()}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list hand-off slices: %w", err)
 	}
+	over := map[string]time.Time{}
 	for i := range ours.Items {
 		sl := &ours.Items[i]
-		if wanted[sl.Namespace+"/"+sl.Name] {
+		if !h.ownSlice(sl) {
+			continue
+		}
+		key := sl.Namespace + "/" + sl.Name
+		if wanted[key] {
 			published++
 			continue
 		}
-		if err := h.delete(ctx, sl, "no AppRoute needs it"); err != nil {
+		why := "no AppRoute needs it"
+		if to := h.movedTo(ctx, sl); to != "" {
+			since, ok := h.handingOver[key]
+			if !ok {
+				since = time.Now()
+			}
+			if !h.otherPoolServes(ctx, sl) && time.Since(since) < handoverGrace {
+				over[key] = since
+				published++
+				continue // make before break: kept until pool `to` can serve
+			}
+			why = "the route moved to activator pool " + to
+		}
+		if err := h.delete(ctx, sl, why); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	h.handingOver = over
 	h.metrics.handoff.Set(float64(published))
 	return errors.Join(errs...)
 }
@@ -119,7 +135,10 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 	if !h.needsHandoff(ctx, r, svc) {
 		return "", nil
 	}
-	name := handoffSliceName(svc.Name, h.names)
+	if pool, _ := h.bind.admit(ctx, r); pool != h.opts.Pool {
+		return "", nil
+	}
+	name := poolSliceName(svc.Name, h.names, h.opts.Pool)
 	want, err := h.desired(ctx, r, svc, ports, name)
 	if err != nil {
 		return name, err
@@ -138,6 +157,48 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 	}
 	h.log.Info("hand-off slice published", "namespace", r.Namespace, "service", svc.Name, "slice", name, "activators", len(want.Endpoints))
 	return name, nil
+}
+
+// ownSlice reports whether sl, a hand-off slice of the instance, is this
+// pool's: labelled with it, or unlabelled (published before pools) and
+// this is the default pool.
+func (h *handoff) ownSlice(sl *discoveryv1.EndpointSlice) bool {
+	pool, ok := sl.Labels[h.names.Key(PoolLabel)]
+	return pool == h.opts.Pool || (!ok && h.opts.Pool == DefaultPool)
+}
+
+// movedTo returns the pool that now admits the route of sl, this pool's
+// slice, when the route still needs a hand-off there; else "".
+func (h *handoff) movedTo(ctx context.Context, sl *discoveryv1.EndpointSlice) string {
+	var r routingv1alpha1.AppRoute
+	if err := h.src.cache.Get(ctx, types.NamespacedName{Namespace: sl.Namespace, Name: sl.Labels[h.names.Key(RouteLabel)]}, &r); err != nil || r.DeletionTimestamp != nil {
+		return ""
+	}
+	pool, _ := h.bind.admit(ctx, &r)
+	if pool == "" || pool == h.opts.Pool {
+		return ""
+	}
+	svc := h.src.service(ctx, r.Namespace, r.Spec.Service.Name)
+	if svc == nil || !h.needsHandoff(ctx, &r, svc) {
+		return ""
+	}
+	return pool
+}
+
+// otherPoolServes reports whether another pool of the instance has a
+// hand-off slice for sl's Service with a ready activator in it.
+func (h *handoff) otherPoolServes(ctx context.Context, sl *discoveryv1.EndpointSlice) bool {
+	for _, o := range h.src.slicesOf(ctx, sl.Namespace, sl.Labels[discoveryv1.LabelServiceName]) {
+		if o.Labels[discoveryv1.LabelManagedBy] != h.names.EndpointSliceManagedBy() || h.ownSlice(&o) {
+			continue
+		}
+		for _, e := range o.Endpoints {
+			if ptr.Deref(e.Conditions.Ready, true) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // needsHandoff: the Deployment is scaled to 0 (published before its last
@@ -177,6 +238,7 @@ func (h *handoff) desired(ctx context.Context, r *routingv1alpha1.AppRoute, svc 
 				discoveryv1.LabelServiceName: svc.Name,
 				discoveryv1.LabelManagedBy:   h.names.EndpointSliceManagedBy(),
 				h.names.Key(RouteLabel):      r.Name,
+				h.names.Key(PoolLabel):       h.opts.Pool,
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: routingv1alpha1.GroupVersion(h.names.Group()).String(), Kind: routingv1alpha1.Kind,

@@ -46,7 +46,7 @@ func TestReleaseIfHolderCannotServe(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{PodName: "act-b", PodNamespace: "ebb-system"}
+	opts := Options{PodName: "act-b", PodNamespace: "ebb-system", Pool: DefaultPool}
 	pod := func(name string, ready bool) *corev1.Pod {
 		status := corev1.ConditionFalse
 		if ready {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/logging"
@@ -58,7 +59,11 @@ type Options struct {
 	// HandoffPort is the activator port hand-off slices publish; default the
 	// port of Listen.
 	HandoffPort int
-	LeaderElect bool
+	// Pool is this replica's activator pool; PoolsConfigMap, in
+	// PodNamespace, lists every pool of the instance (PoolsKey). Without
+	// it the pool admits every route.
+	Pool, PoolsConfigMap string
+	LeaderElect          bool
 	// RequestMetrics turns the request-duration histogram and status
 	// counts of forwarded requests on (the default) or off.
 	RequestMetrics bool
@@ -84,6 +89,7 @@ func DefaultOptions() Options {
 		DrainTimeout:      30 * time.Second,
 		SidecarAdminPort:  stats.DefaultAdminPort,
 		ActivatorSelector: DefaultSelector,
+		Pool:              DefaultPool,
 		LeaderElect:       true,
 		RequestMetrics:    true,
 		Tracing:           tracing.DefaultOptions(),
@@ -136,6 +142,8 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.ScalerServerName, "scaler-server-name", "name the scalers' certificate must carry; default <name>.<namespace>.svc of --scaler-service")
 	s.String(&o.ActivatorSelector, "activator-selector", "label selector of this instance's activator pods in the pod's namespace")
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
+	s.String(&o.Pool, "pool", "activator pool of this replica: it publishes the hand-off slices of the routes the pool admits")
+	s.String(&o.PoolsConfigMap, "pools-configmap", "ConfigMap (in the pod's namespace) listing every activator pool in "+PoolsKey+"; unset: this pool admits every route")
 	s.Bool(&o.LeaderElect, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
 	s.Bool(&o.RequestMetrics, "request-metrics", "export the request-duration histogram and status counts of forwarded requests")
 	o.Tracing.Bind(s)
@@ -210,6 +218,14 @@ func (o Options) Validate() error {
 	}
 	if _, err := labels.Parse(o.ActivatorSelector); err != nil || o.ActivatorSelector == "" {
 		bad("--activator-selector %q: not a label selector: %v", o.ActivatorSelector, err)
+	}
+	if errs := validation.IsDNS1123Label(o.Pool); len(errs) > 0 {
+		bad("--pool %q: %s", o.Pool, strings.Join(errs, ", "))
+	}
+	if o.PoolsConfigMap != "" {
+		if errs := validation.IsDNS1123Subdomain(o.PoolsConfigMap); len(errs) > 0 {
+			bad("--pools-configmap %q: %s", o.PoolsConfigMap, strings.Join(errs, ", "))
+		}
 	}
 	if o.PodName == "" || o.PodNamespace == "" {
 		bad("POD_NAME and POD_NAMESPACE: both required (downward API)")

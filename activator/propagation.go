@@ -33,15 +33,20 @@ type Served struct {
 	Routes map[string]int64 `json:"routes"`
 }
 
-// propagation is run by the elected replica: it asks every ready activator
-// pod of the instance which AppRoute generations it serves and sets each
-// AppRoute's Propagated condition, true only when every ready replica
-// serves the AppRoute's current generation. It is computed per AppRoute.
+// propagation is run by the elected replica of each pool: it asks every
+// ready activator pod of its pool which AppRoute generations it serves
+// and, on each AppRoute the pool admits, sets the Admitted and Propagated
+// conditions and the pool's entry in status.pools (Propagated true only
+// when every ready replica of the pool serves the AppRoute's current
+// generation). The default pool's also marks the routes no pool admits
+// (Admitted false, with why).
 type propagation struct {
 	names     groupsuffix.Names
 	log       logr.Logger
 	dyn       dynamic.Interface
 	src       *sources
+	bind      *binder
+	pool      string
 	adminPort int
 	client    *http.Client
 }
@@ -78,37 +83,79 @@ func (p *propagation) once(ctx context.Context) error {
 	wg.Wait()
 	var all []error
 	for _, r := range p.src.cachedRoutes(ctx) {
-		key := r.Namespace + "/" + r.Name
-		have := 0
-		for i := range pods {
-			if errs[i] == nil && served[i][key] == r.Generation {
-				have++
-			}
-		}
-		cond := metav1.Condition{Type: routingv1alpha1.ConditionPropagated, ObservedGeneration: r.Generation}
+		pool, why := p.bind.admit(ctx, r)
+		var want []metav1.Condition
 		switch {
-		case len(pods) == 0:
-			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "NoReadyActivator", "no ready activator replica serves the routing table"
-		case have == len(pods):
-			cond.Status, cond.Reason = metav1.ConditionTrue, "AllReplicas"
-			cond.Message = fmt.Sprintf("%d/%d ready activator replicas serve generation %d", have, len(pods), r.Generation)
+		case pool == p.pool:
+			key := r.Namespace + "/" + r.Name
+			have := 0
+			for i := range pods {
+				if errs[i] == nil && served[i][key] == r.Generation {
+					have++
+				}
+			}
+			prop := metav1.Condition{Type: routingv1alpha1.ConditionPropagated, ObservedGeneration: r.Generation}
+			switch {
+			case len(pods) == 0:
+				prop.Status, prop.Reason, prop.Message = metav1.ConditionFalse, "NoReadyActivator", "no ready activator replica of pool "+p.pool+" serves the routing table"
+			case have == len(pods):
+				prop.Status, prop.Reason = metav1.ConditionTrue, "AllReplicas"
+				prop.Message = fmt.Sprintf("%d/%d ready activator replicas of pool %s serve generation %d", have, len(pods), p.pool, r.Generation)
+			default:
+				prop.Status, prop.Reason = metav1.ConditionFalse, "Pending"
+				prop.Message = fmt.Sprintf("%d/%d ready activator replicas of pool %s serve generation %d", have, len(pods), p.pool, r.Generation)
+			}
+			want = []metav1.Condition{
+				{Type: routingv1alpha1.ConditionAdmitted, Status: metav1.ConditionTrue, Reason: "Selected", Message: why, ObservedGeneration: r.Generation},
+				prop,
+			}
+		case pool == "" && p.pool == DefaultPool:
+			want = []metav1.Condition{
+				{Type: routingv1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse, Reason: "NoPoolSelects", Message: why, ObservedGeneration: r.Generation},
+				{Type: routingv1alpha1.ConditionPropagated, Status: metav1.ConditionFalse, Reason: "NotAdmitted", Message: "no activator pool admits the route: see Admitted", ObservedGeneration: r.Generation},
+			}
 		default:
-			cond.Status, cond.Reason = metav1.ConditionFalse, "Pending"
-			cond.Message = fmt.Sprintf("%d/%d ready activator replicas serve generation %d", have, len(pods), r.Generation)
+			continue // another pool's route, or none's and the default pool says so
 		}
-		old := meta.FindStatusCondition(r.Status.Conditions, cond.Type)
-		if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message && old.ObservedGeneration == cond.ObservedGeneration {
+		if p.upToDate(r, pool, want) {
 			continue
 		}
-		cond.LastTransitionTime = metav1.Now()
-		if old != nil && old.Status == cond.Status {
-			cond.LastTransitionTime = old.LastTransitionTime
-		}
-		if err := p.apply(ctx, r, cond); err != nil {
+		if err := p.apply(ctx, r, pool, want); err != nil {
 			all = append(all, err)
 		}
 	}
 	return errors.Join(all...)
+}
+
+// upToDate reports whether r's status already has the conditions want
+// (top level and, when pool is set, as the only entry of status.pools);
+// it sets their transition times from r's where the status is unchanged.
+func (p *propagation) upToDate(r *routingv1alpha1.AppRoute, pool string, want []metav1.Condition) bool {
+	same := true
+	var entry []metav1.Condition
+	if len(r.Status.Pools) == 1 && r.Status.Pools[0].Name == pool {
+		entry = r.Status.Pools[0].Conditions
+	} else if len(r.Status.Pools) > 0 || pool != "" {
+		same = false
+	}
+	now := metav1.Now()
+	for i := range want {
+		c := &want[i]
+		c.LastTransitionTime = now
+		old := meta.FindStatusCondition(r.Status.Conditions, c.Type)
+		if old != nil && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message || old.ObservedGeneration != c.ObservedGeneration {
+			same = false
+		}
+		if pool != "" {
+			if e := meta.FindStatusCondition(entry, c.Type); e == nil || e.Status != c.Status || e.Reason != c.Reason || e.Message != c.Message || e.ObservedGeneration != c.ObservedGeneration {
+				same = false
+			}
+		}
+	}
+	return same
 }
 
 func (p *propagation) fetch(ctx context.Context, pod *corev1.Pod) (map[string]int64, error) {
@@ -134,24 +181,30 @@ func (p *propagation) fetch(ctx context.Context, pod *corev1.Pod) (map[string]in
 	return s.Routes, nil
 }
 
-// apply writes only the Propagated condition, by server-side apply on the
-// status subresource under FieldManager, leaving the webhook controller's
-// conditions and fields alone.
-func (p *propagation) apply(ctx context.Context, r *routingv1alpha1.AppRoute, cond metav1.Condition) error {
+// apply writes the Admitted and Propagated conditions and status.pools
+// (the admitting pool's entry, or none) by server-side apply on the status
+// subresource under FieldManager, which every pool shares: the pool that
+// admits a route replaces the entry of the one that did before, and the
+// webhook's and scalers' conditions and fields are left alone.
+func (p *propagation) apply(ctx context.Context, r *routingv1alpha1.AppRoute, pool string, conds []metav1.Condition) error {
+	entries := []routingv1alpha1.PoolStatus{}
+	if pool != "" {
+		entries = append(entries, routingv1alpha1.PoolStatus{Name: pool, Conditions: conds})
+	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": routingv1alpha1.GroupVersion(p.names.Group()).String(),
 		"kind":       routingv1alpha1.Kind,
 		"metadata":   map[string]any{"name": r.Name, "namespace": r.Namespace},
-		"status":     map[string]any{"conditions": []metav1.Condition{cond}},
+		"status":     map[string]any{"conditions": conds, "pools": entries},
 	})
 	if err != nil {
-		return fmt.Errorf("encode Propagated of AppRoute %s/%s: %w", r.Namespace, r.Name, err)
+		return fmt.Errorf("encode the pool status of AppRoute %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	force := true
 	_, err = p.dyn.Resource(routingv1alpha1.GroupVersionResource(p.names.Group())).Namespace(r.Namespace).
 		Patch(ctx, r.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force}, "status")
 	if err != nil {
-		return fmt.Errorf("apply Propagated of AppRoute %s/%s: %w", r.Namespace, r.Name, err)
+		return fmt.Errorf("apply the pool status of AppRoute %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	return nil
 }

@@ -93,6 +93,7 @@ type Router struct {
 	upstreams *upstreams
 	probe     *http.Client
 	held      atomic.Int64 // across every app
+	holding   atomic.Int64 // apps holding at least one request
 	parking   parking      // held HTTP/1.x requests, hijacked
 
 	mu   sync.Mutex // guards apps; taken by writers only
@@ -407,8 +408,17 @@ type admission int
 const (
 	admitted admission = iota
 	appFull
+	overShare
 	globalFull
 )
+
+// fairShare is how many requests one app may hold while n apps (itself
+// included) hold some: MaxHeld ÷ (n + 1), at least 1. Whatever the apps
+// holding do, a newcomer finds at least that many slots free, so one
+// app's backlog cannot starve the others' cold starts.
+func (d *Router) fairShare(n int64) int64 {
+	return max(1, int64(d.opts.MaxHeld)/(n+1))
+}
 
 // admit takes a slot in a's queue at now and tells the scaler.
 func (d *Router) admit(a *app, limit int, now time.Time) admission {
@@ -417,9 +427,19 @@ func (d *Router) admit(a *app, limit int, now time.Time) admission {
 	if a.held >= int64(limit) {
 		return appFull
 	}
+	n := d.holding.Load()
+	if a.held == 0 {
+		n++
+	}
+	if a.held >= d.fairShare(n) {
+		return overShare
+	}
 	if d.held.Add(1) > int64(d.opts.MaxHeld) {
 		d.held.Add(-1)
 		return globalFull
+	}
+	if a.held == 0 {
+		d.holding.Add(1)
 	}
 	a.held++
 	d.opts.Pusher.Set(a.push, a.held)
@@ -440,6 +460,9 @@ func (d *Router) leave(a *app) {
 	a.mu.Lock()
 	a.held--
 	d.held.Add(-1)
+	if a.held == 0 {
+		d.holding.Add(-1)
+	}
 	d.opts.Pusher.Set(a.push, a.held)
 	a.heldGauge.Set(float64(a.held))
 	if a.held == 0 && len(a.eps.Load().ready) == 0 {
@@ -463,6 +486,9 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	switch d.admit(a, limit, start) {
 	case appFull:
 		d.reject(w, a, fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit))
+		return
+	case overShare:
+		d.reject(w, a, fmt.Sprintf("app %s holds its fair share of this activator's %d request slots while %d apps wait", a.key, d.opts.MaxHeld, d.holding.Load()))
 		return
 	case globalFull:
 		d.reject(w, a, fmt.Sprintf("the activator holds its maximum of %d requests", d.opts.MaxHeld))

@@ -159,7 +159,7 @@ func TestQueueLimits(t *testing.T) {
 	}{
 		"app queue from the AppRoute": {RouterOptions{QueueSize: 100}, AppConfig{QueueSize: 3}, "hold queue of app shop/hello is full (3 requests)"},
 		"default app queue":           {RouterOptions{QueueSize: 3}, AppConfig{}, "hold queue of app shop/hello is full (3 requests)"},
-		"global cap":                  {RouterOptions{QueueSize: 100, MaxHeld: 3}, AppConfig{}, "holds its maximum of 3 requests"},
+		"an app alone gets half":      {RouterOptions{QueueSize: 100, MaxHeld: 6}, AppConfig{}, "app shop/hello holds its fair share of this activator's 6 request slots"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
@@ -177,6 +177,50 @@ func TestQueueLimits(t *testing.T) {
 			waitHeld(t, dp, 0)
 		})
 	}
+}
+
+// TestFairShare: an app flooding the activator holds at most its fair
+// share, MaxHeld ÷ (apps holding + 1), and gets 503 with Retry-After
+// beyond it; another app arriving later still has its requests held.
+func TestFairShare(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	dp, url, _ := rig(t, RouterOptions{QueueSize: 100, MaxHeld: 12}, AppConfig{})
+	other := routing.Key{Namespace: "shop", Name: "other"}
+	dp.SetRoutes([]routing.Route[AppConfig]{
+		{Key: shopHello, Hosts: []string{"hello.test"}},
+		{Key: other, Hosts: []string{"other.test"}},
+	})
+	type answer struct {
+		code       int
+		retryAfter string
+		body       string
+	}
+	flood := make(chan answer, 12)
+	for range 12 {
+		go func() {
+			code, hdr, body := do(t, ctx, url, "hello.test")
+			flood <- answer{code, hdr.Get("Retry-After"), body}
+		}()
+	}
+	// Alone, the flooding app gets half of the 12 slots; the other 6 of
+	// its requests are refused at once.
+	for range 6 {
+		a := <-flood
+		if a.code != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.body, "fair share") {
+			t.Errorf("flooding request beyond its share: %d Retry-After=%q %q, want 503 naming the fair share", a.code, a.retryAfter, a.body)
+		}
+	}
+	waitHeld(t, dp, 6)
+	for range 3 {
+		go do(t, ctx, url, "other.test")
+	}
+	waitHeld(t, dp, 9) // 12 ÷ (2 + 1) = 4 for the newcomer: its 3 are held
+	if code, _, body := do(t, t.Context(), url, "hello.test"); code != http.StatusServiceUnavailable || !strings.Contains(body, "while 2 apps wait") {
+		t.Errorf("the flooding app, over its share of 4 with two apps holding: %d %q", code, body)
+	}
+	cancel()
+	waitHeld(t, dp, 0)
 }
 
 func TestColdStartTimeoutIs504NamingAppAndWait(t *testing.T) {

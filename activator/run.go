@@ -26,6 +26,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,7 +63,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	names := groupsuffix.MustNew(opts.APIGroupSuffix)
-	log := newLogger(opts).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix())
+	log := newLogger(opts).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix(), "pool", opts.Pool)
 
 	cfg, err := kubeclient.Config(opts.Kubeconfig)
 	if err != nil {
@@ -80,7 +81,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	labelled := prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: names.Suffix()}, reg)
+	labelled := prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: names.Suffix(), PoolMetricLabel: opts.Pool}, reg)
 	labelled.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := NewMetrics(labelled)
 
@@ -134,15 +135,17 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	_, adminPortStr, _ := net.SplitHostPort(opts.AdminListen)
 	adminPort, _ := strconv.Atoi(adminPortStr)
-	ho := &handoff{opts: opts, names: names, log: log.WithName("handoff"), kube: kube, src: src, metrics: metrics}
-	prop := &propagation{names: names, log: log.WithName("propagation"), dyn: dyn, src: src, adminPort: adminPort, client: &http.Client{Timeout: 2 * time.Second}}
+	bind := &binder{opts: opts, cache: mgr.GetCache()}
+	ho := &handoff{opts: opts, names: names, log: log.WithName("handoff"), kube: kube, src: src, bind: bind, metrics: metrics}
+	prop := &propagation{names: names, log: log.WithName("propagation"), dyn: dyn, src: src, bind: bind, pool: opts.Pool, adminPort: adminPort, client: &http.Client{Timeout: 2 * time.Second}}
 	// The elected replica's controllers: new ones for each term.
+	watched := append([]client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(opts)...)
 	leaderLoops := func() ([]controller.Controller, error) {
-		h, err := newLoop(mgr, "handoff", ho, 0, &routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{})
+		h, err := newLoop(mgr, "handoff", ho, 0, watched...)
 		if err != nil {
 			return nil, fmt.Errorf("hand-off controller: %w", err)
 		}
-		p, err := newLoop(mgr, "propagation", prop, propagationDelay, &routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{})
+		p, err := newLoop(mgr, "propagation", prop, propagationDelay, watched...)
 		if err != nil {
 			return nil, fmt.Errorf("propagation controller: %w", err)
 		}
@@ -284,7 +287,7 @@ const readyPoll = 100 * time.Millisecond
 // Lease, until ctx ends.
 func (l *leadership) run(ctx context.Context, loops func() ([]controller.Controller, error)) {
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: l.opts.PodNamespace, Name: l.names.ClusterScopedName("activator")},
+		LeaseMeta:  metav1.ObjectMeta{Namespace: l.opts.PodNamespace, Name: poolLeaseName(l.names, l.opts.Pool)},
 		Client:     l.kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: l.opts.PodName},
 	}
@@ -302,7 +305,7 @@ func (l *leadership) run(ctx context.Context, loops func() ([]controller.Control
 		campaign, stop := context.WithCancel(ctx)
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-			ReleaseOnCancel: true, Name: l.names.ClusterScopedName("activator"),
+			ReleaseOnCancel: true, Name: poolLeaseName(l.names, l.opts.Pool),
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
 					l.leading.Store(true)
@@ -414,7 +417,7 @@ func releaseLeaseOf(ctx context.Context, kube kubernetes.Interface, opts Options
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	leases := kube.CoordinationV1().Leases(opts.PodNamespace)
-	name := names.ClusterScopedName("activator")
+	name := poolLeaseName(names, opts.Pool)
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != holder {
 		return false
@@ -477,6 +480,13 @@ func newManager(cfg *rest.Config, opts Options, names groupsuffix.Names, log log
 	if err != nil {
 		return nil, fmt.Errorf("--activator-selector: %w", err)
 	}
+	byObject := map[client.Object]crcache.ByObject{
+		&corev1.Pod{}: {Namespaces: map[string]crcache.Config{opts.PodNamespace: {}}, Label: sel},
+	}
+	if opts.PoolsConfigMap != "" {
+		byObject[&corev1.ConfigMap{}] = crcache.ByObject{Namespaces: map[string]crcache.Config{opts.PodNamespace: {}},
+			Field: fields.OneTermEqualSelector("metadata.name", opts.PoolsConfigMap)}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Logger:                 log,
@@ -484,9 +494,7 @@ func newManager(cfg *rest.Config, opts Options, names groupsuffix.Names, log log
 		HealthProbeBindAddress: "0",
 		Cache: crcache.Options{
 			SyncPeriod: ptr.To(10 * time.Minute),
-			ByObject: map[client.Object]crcache.ByObject{
-				&corev1.Pod{}: {Namespaces: map[string]crcache.Config{opts.PodNamespace: {}}, Label: sel},
-			},
+			ByObject: byObject,
 		},
 	})
 	if err != nil {
@@ -498,12 +506,21 @@ func newManager(cfg *rest.Config, opts Options, names groupsuffix.Names, log log
 	}
 	// Informers for every kind a loop reads, so the first cache sync waits
 	// for all of them.
-	for _, obj := range []client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}} {
+	for _, obj := range append([]client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(opts)...) {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return nil, fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
 	return mgr, nil
+}
+
+// poolObjects are the kinds the pools' binding reads: the pools ConfigMap
+// and Namespaces (for namespace selectors), when pools are configured.
+func poolObjects(opts Options) []client.Object {
+	if opts.PoolsConfigMap == "" {
+		return nil
+	}
+	return []client.Object{&corev1.ConfigMap{}, &corev1.Namespace{}}
 }
 
 // scalerDialOptions are the pushes' credentials: TLS with --scaler-ca-file

@@ -24,8 +24,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -854,4 +857,61 @@ func TestBinary(t *testing.T) {
 		b, _ := os.ReadFile(log)
 		t.Errorf("ebb-webhook did not exit cleanly on SIGTERM: %v\n%s", err, b)
 	}
+}
+
+// TestRouteLabelsFollowTheTemplate: the pod template's route-labels become
+// the AppRoute's labels (activator pools select by them), a change of the
+// annotation relabels the route, a label dropped from it is dropped from
+// the route, and a label a user set by hand stays.
+func TestRouteLabelsFollowTheTemplate(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c, _ := newClient(t)
+	ns := "route-labels"
+	makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
+	d, _ := deploymentChain(t, c, ns, "tiered", appTemplate(map[string]string{"ebb.dev/app": "tiered"},
+		map[string]string{"ebb.dev/route-labels": "tier=a,team=pay"}), 0)
+	labelsAre := func(want map[string]string) {
+		t.Helper()
+		testwait.Check(t, 10*time.Second, func() error {
+			r, err := getRoute(ctx, c, ebbNames, ns, "tiered")
+			if err != nil {
+				return err
+			}
+			if diff := cmp.Diff(want, r.Labels); diff != "" {
+				return fmt.Errorf("AppRoute labels (-want +got):\n%s", diff)
+			}
+			return nil
+		})
+	}
+	labelsAre(map[string]string{"ebb.dev/app": "tiered", "tier": "a", "team": "pay"})
+
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(routingv1alpha1.GroupVersion(ebbNames.Group()).WithKind(routingv1alpha1.Kind))
+	u.SetNamespace(ns)
+	u.SetName("tiered")
+	if err := c.Patch(ctx, u, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"owner":"me"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	setAnnotation := func(v *string) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur appsv1.Deployment
+			if err := c.Get(ctx, client.ObjectKeyFromObject(d), &cur); err != nil {
+				return err
+			}
+			if v == nil {
+				delete(cur.Spec.Template.Annotations, "ebb.dev/route-labels")
+			} else {
+				cur.Spec.Template.Annotations["ebb.dev/route-labels"] = *v
+			}
+			return c.Update(ctx, &cur)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setAnnotation(ptr.To("tier=b"))
+	labelsAre(map[string]string{"ebb.dev/app": "tiered", "tier": "b", "owner": "me"})
+	setAnnotation(nil)
+	labelsAre(map[string]string{"ebb.dev/app": "tiered", "owner": "me"})
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"maps"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -87,7 +88,7 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 		TypeMeta: metav1.TypeMeta{APIVersion: routingv1alpha1.GroupVersion(r.names.Group()).String(), Kind: routingv1alpha1.Kind},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: app.Name, Namespace: d.Namespace,
-			Labels: map[string]string{r.names.AppLabel(): app.Name},
+			Labels: routeLabels(app, r.names),
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: &t,
 			}},
@@ -113,6 +114,15 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 		route.Spec.Service = routingv1alpha1.ServiceReference{Name: svc.Name, Port: port}
 	}
 	return route, app, svc, nil
+}
+
+// routeLabels are the AppRoute's labels: the <suffix>/route-labels of the
+// pod template (activator pools select by them) and the app label.
+func routeLabels(app inject.App, n groupsuffix.Names) map[string]string {
+	out := make(map[string]string, len(app.RouteLabels)+1)
+	maps.Copy(out, app.RouteLabels)
+	out[n.AppLabel()] = app.Name
+	return out
 }
 
 // findService picks the Service of the app: the one the annotation names,
@@ -245,6 +255,11 @@ func upToDate(have, want *routingv1alpha1.AppRoute) bool {
 			return false
 		}
 	}
+	for k := range appliedLabels(have) {
+		if _, ok := want.Labels[k]; !ok {
+			return false // a route label the pod template no longer has
+		}
+	}
 	for k, v := range want.Annotations {
 		if have.Annotations[k] != v {
 			return false
@@ -260,4 +275,31 @@ func upToDate(have, want *routingv1alpha1.AppRoute) bool {
 		}
 	}
 	return true
+}
+
+// appliedLabels are the label keys of r that the webhook's last apply set
+// (its managed fields), so a label dropped from the pod template is
+// dropped from the AppRoute, and one a user set by hand is left alone.
+func appliedLabels(r *routingv1alpha1.AppRoute) map[string]struct{} {
+	for _, mf := range r.ManagedFields {
+		if mf.Manager != FieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Labels map[string]json.RawMessage `json:"f:labels"`
+			} `json:"f:metadata"`
+		}
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			return nil
+		}
+		out := make(map[string]struct{}, len(fields.Metadata.Labels))
+		for k := range fields.Metadata.Labels {
+			if key, ok := strings.CutPrefix(k, "f:"); ok {
+				out[key] = struct{}{}
+			}
+		}
+		return out
+	}
+	return nil
 }

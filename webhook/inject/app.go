@@ -26,12 +26,16 @@ const (
 	// AnnotationPlaceholder "true" shows browsers a waiting page during a
 	// cold start (the activator reads it from the AppRoute).
 	AnnotationPlaceholder = "placeholder"
+	// AnnotationRouteLabels ("team=pay,tier=gold") are labels the AppRoute
+	// gets: activator pools select the routes they serve by them.
+	AnnotationRouteLabels = "route-labels"
 )
 
 // Limits on annotation values.
 const (
 	MaxHosts            = 64
 	MaxPaths            = 64
+	MaxRouteLabels      = 16
 	MaxQueueSize        = 1_000_000
 	MaxColdStartTimeout = 15 * time.Minute
 	MaxDrainTimeout     = 10 * time.Minute
@@ -68,6 +72,9 @@ type App struct {
 	ResponseHeaderTimeout time.Duration
 	// Placeholder is the <suffix>/placeholder annotation.
 	Placeholder bool
+	// RouteLabels are the <suffix>/route-labels annotation's labels, nil
+	// when unset.
+	RouteLabels map[string]string
 }
 
 // Problem is one thing wrong with a pod's ebb label or annotations.
@@ -187,6 +194,13 @@ func ParseApp(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) (App, e
 			d = 0
 		}
 		app.ResponseHeaderTimeout = d
+	}
+	if v, ok := ann(AnnotationRouteLabels); ok {
+		rl, probs := parseRouteLabels(v, n.Suffix()+"/")
+		app.RouteLabels = rl
+		for _, p := range probs {
+			bad("annotation", n.Key(AnnotationRouteLabels), v, p, "list up to 16 labels as key=value separated by commas, e.g. \"team=payments,tier=gold\"")
+		}
 	}
 	if v, ok := ann(AnnotationPlaceholder); ok {
 		switch v {
@@ -363,4 +377,41 @@ func parsePaths(v string) ([]string, []string) {
 		probs = append(probs, fmt.Sprintf("%d path prefixes, at most %d allowed", len(paths), MaxPaths))
 	}
 	return paths, probs
+}
+
+// parseRouteLabels parses "k=v,k2=v2" into labels: valid label keys and
+// values, each key once, none under ebb's own prefix (ebb sets those).
+func parseRouteLabels(v, ownPrefix string) (map[string]string, []string) {
+	out := map[string]string{}
+	var probs []string
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(part, "=")
+		k, val = strings.TrimSpace(k), strings.TrimSpace(val)
+		switch {
+		case !ok:
+			probs = append(probs, fmt.Sprintf("%q is not key=value", part))
+		case len(validation.IsQualifiedName(k)) > 0:
+			probs = append(probs, fmt.Sprintf("%q is not a label key: %s", k, strings.Join(validation.IsQualifiedName(k), ", ")))
+		case strings.HasPrefix(k, ownPrefix):
+			probs = append(probs, fmt.Sprintf("%q is under %s, which ebb sets itself", k, ownPrefix))
+		case len(validation.IsValidLabelValue(val)) > 0:
+			probs = append(probs, fmt.Sprintf("%q is not a label value: %s", val, strings.Join(validation.IsValidLabelValue(val), ", ")))
+		default:
+			if _, dup := out[k]; dup {
+				probs = append(probs, fmt.Sprintf("%q is given twice", k))
+			}
+			out[k] = val
+		}
+	}
+	if len(out) > MaxRouteLabels {
+		probs = append(probs, fmt.Sprintf("%d labels, more than %d", len(out), MaxRouteLabels))
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, probs
 }

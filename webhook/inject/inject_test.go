@@ -385,6 +385,13 @@ func TestInjectRefuses(t *testing.T) {
 			`annotation ebb.dev/cold-start-timeout="forever"`, `annotation ebb.dev/drain-timeout="1h"`, `annotation ebb.dev/response-header-timeout="0s"`, `annotation ebb.dev/service="Web_Svc"`,
 			`annotation ebb.dev/placeholder="yes": not true or false`},
 	}, {
+		name: "bad route labels",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/route-labels"] = "tier=gold,tier=silver,bad key=x,team=a b,ebb.dev/pool=a,lonely"
+		}),
+		want: []string{`annotation ebb.dev/route-labels=`, `"tier" is given twice`, `"bad key" is not a label key`, `"a b" is not a label value`,
+			`"ebb.dev/pool" is under ebb.dev/, which ebb sets itself`, `"lonely" is not key=value`, `fix: list up to 16 labels as key=value`},
+	}, {
 		name: "host network",
 		pod:  appPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
 		want: []string{`the pod uses hostNetwork`},
@@ -413,13 +420,15 @@ func TestParseApp(t *testing.T) {
 		p.Annotations["ebb.dev/cold-start-timeout"] = "90s"
 		p.Annotations["ebb.dev/service"] = "hello"
 		p.Annotations["ebb.dev/placeholder"] = "true"
+		p.Annotations["ebb.dev/route-labels"] = " team=payments, example.com/tier=gold ,"
 	})
 	got, err := ParseApp(&p.ObjectMeta, &p.Spec, testCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := App{Name: "hello", Hosts: []string{"hello.example.com", "*.hello.example.com"}, PathPrefixes: []string{"/api", "/static"},
-		Container: "app", Port: 8080, PortName: "http", Service: "hello", QueueSize: 500, ColdStartTimeout: 90 * time.Second, Placeholder: true}
+		Container: "app", Port: 8080, PortName: "http", Service: "hello", QueueSize: 500, ColdStartTimeout: 90 * time.Second, Placeholder: true,
+		RouteLabels: map[string]string{"team": "payments", "example.com/tier": "gold"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseApp (-want +got):\n%s", diff)
 	}

@@ -17,7 +17,7 @@ import (
 var knownKeys = map[string][]string{
 	"label": {"app"},
 	"annotation": {"hosts", AnnotationPaths, AnnotationPort, AnnotationService, AnnotationQueueSize,
-		AnnotationColdStartTimeout, AnnotationDrainTimeout, AnnotationResponseHeaderTimeout, AnnotationPlaceholder, "sidecar"},
+		AnnotationColdStartTimeout, AnnotationDrainTimeout, AnnotationResponseHeaderTimeout, AnnotationPlaceholder, AnnotationRouteLabels, "sidecar"},
 }
 
 // UnknownKeys names every label and annotation of meta under the instance's

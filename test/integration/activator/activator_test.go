@@ -276,7 +276,7 @@ func TestActivator(t *testing.T) {
 			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 			b, _ := json.Marshal(conds)
 			last = string(b)
-			return strings.Contains(last, `"message":"2/2 ready activator replicas serve generation 1"`) && strings.Contains(last, `"status":"True"`), nil
+			return strings.Contains(last, `"message":"2/2 ready activator replicas of pool default serve generation 1"`) && strings.Contains(last, `"status":"True"`), nil
 		})
 		if err != nil {
 			t.Fatalf("%v; conditions: %s\n%s", err, last, podLogs(t, "ebb-system"))

@@ -29,6 +29,12 @@ const (
 	// whose app is the route's): nothing would wake it from zero.
 	ConditionScaledByKEDA = "ScaledByKEDA"
 
+	// ConditionAdmitted is set by the activator pools: True naming the pool
+	// that serves the route (exactly one does), False when no pool's
+	// selectors pick it (NoPoolSelects), with the pools it was tried
+	// against.
+	ConditionAdmitted = "Admitted"
+
 	// ConditionIdle is set by the scalers: True when nothing keeps the app
 	// active (it may scale to zero), False with the reason that does
 	// (RequestsInFlight, RequestsHeld, RecentRequests, SidecarBypassed).
@@ -48,6 +54,7 @@ const (
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scaleTargetRef.name`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.status.pools[0].name`
 // +kubebuilder:printcolumn:name="Propagated",type=string,JSONPath=`.status.conditions[?(@.type=="Propagated")].status`
 // +kubebuilder:printcolumn:name="Idle",type=string,JSONPath=`.status.conditions[?(@.type=="Idle")].status`
 // +kubebuilder:printcolumn:name="Why",type=string,JSONPath=`.status.conditions[?(@.type=="Idle")].reason`
@@ -137,14 +144,14 @@ type ScaleTargetReference struct {
 
 // AppRouteStatus is filled by the webhook's AppRoute controller (Ready,
 // SidecarReachable, ReadyEndpoints, ActivatorInPath), by the activators
-// (Propagated, LastColdStart) and by the scalers (Idle).
+// (Admitted, Propagated, Pools, LastColdStart) and by the scalers (Idle).
 type AppRouteStatus struct {
 	// ObservedGeneration is the generation the controller last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, SidecarReachable, Conflicted, PodsInjected,
-	// ScaledByKEDA, Propagated, Idle.
+	// ScaledByKEDA, Admitted, Propagated, Idle.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -160,10 +167,33 @@ type AppRouteStatus struct {
 	// +optional
 	ActivatorInPath bool `json:"activatorInPath"`
 
+	// Pools is what activator pools say of the route, one entry per pool,
+	// each written by that pool (as Gateway API's status.parents[]): the
+	// pool that admits it, with Admitted and Propagated conditions. During
+	// a move from one pool to another both may show for a moment.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Pools []PoolStatus `json:"pools,omitempty"`
+
 	// LastColdStart is where the last cold start an activator saw through
 	// spent its time, phase by phase.
 	// +optional
 	LastColdStart *ColdStart `json:"lastColdStart,omitempty"`
+}
+
+// PoolStatus is one activator pool's view of a route.
+type PoolStatus struct {
+	// Name of the pool.
+	Name string `json:"name"`
+	// Conditions: Admitted (the pool serves the route and publishes its
+	// hand-off slice), Propagated (every ready replica of the pool serves
+	// the route's current generation).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // ColdStart is one cold start as an activator observed it: from the first
