@@ -149,7 +149,7 @@ func victimPod(ctx context.Context, round int) (*corev1.Pod, error) {
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !strings.HasPrefix(p.Name, ebb.Fullname+"-activator-") || p.DeletionTimestamp != nil {
+		if p.Labels["app.kubernetes.io/name"] != "ebb-activator" || p.DeletionTimestamp != nil { // the default pool's
 			continue
 		}
 		if (p.Name == holder) == (round != 1) {

@@ -20,7 +20,7 @@ func TestChartInstall(t *testing.T) {
 	for _, d := range deploys.Items {
 		ready[d.Name] = d.Status.ReadyReplicas
 	}
-	want := map[string]int32{"ebb-webhook": 2, "ebb-activator": 2, "ebb-scaler": 2}
+	want := map[string]int32{"ebb-webhook": 2, "ebb-activator": 2, "ebb-activator-a": 1, "ebb-activator-b": 1, "ebb-scaler": 2}
 	if diff := cmp.Diff(want, ready); diff != "" {
 		t.Errorf("ready replicas of the chart's Deployments (-want +got):\n%s", diff)
 	}

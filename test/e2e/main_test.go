@@ -35,10 +35,16 @@ func TestMain(m *testing.M) {
 		if otlp, err = tracingtest.Start(net.JoinHostPort(cluster.BridgeIP, "0")); err != nil {
 			return err
 		}
-		set := append([]string{"tracing.endpoint=" + otlp.URL(), "tracing.samplingRatio=0"}, strings.Fields(os.Getenv("EBB_E2E_SET"))...)
+		set := append([]string{"tracing.endpoint=" + otlp.URL(), "tracing.samplingRatio=0"}, poolValues...)
+		set = append(set, strings.Fields(os.Getenv("EBB_E2E_SET"))...)
 		ebb, err = install.Install(ctx, c, install.Options{Logf: logf, Set: set})
 		if err != nil {
 			return fmt.Errorf("install ebb from charts/ebb: %w", err)
+		}
+		for _, p := range []string{"a", "b"} {
+			if err := install.WaitDeploymentReady(ctx, c, ebb.Namespace, ebb.Fullname+"-activator-"+p, 3*time.Minute); err != nil {
+				return err
+			}
 		}
 		return nil
 	}))

@@ -170,3 +170,51 @@ spec:
       {{- include "ebb.selectorLabels" (list $ $component) | nindent 6 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+Activator pools: the default pool (activator.*) and each of
+activator.pools, whose keys override activator.*'s. A JSON list of
+{name, objectName, values}, for fromJsonArray.
+*/}}
+{{- define "ebb.activatorPools" -}}
+{{- $base := omit .Values.activator "pools" "routeSelector" "namespaceSelector" -}}
+{{- $out := list (dict "name" "default" "objectName" (include "ebb.componentName" (list . "activator")) "values" $base) -}}
+{{- range $p := .Values.activator.pools -}}
+{{- $v := mergeOverwrite (deepCopy $base) (omit $p "name" "routeSelector" "namespaceSelector") -}}
+{{- $out = append $out (dict "name" $p.name "objectName" (include "ebb.componentName" (list $ (printf "activator-%s" $p.name))) "values" $v) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Selector labels of an activator pool's pods: (list . "default"). The
+default pool keeps the activator's selector of before pools (a Deployment's
+selector cannot change); the others carry the pool's name. */}}
+{{- define "ebb.activatorPoolSelector" -}}
+{{- $ := index . 0 -}}
+{{- $pool := index . 1 -}}
+{{- if eq $pool "default" -}}
+{{ include "ebb.selectorLabels" (list $ "activator") }}
+{{- else -}}
+{{ include "ebb.selectorLabels" (list $ "activator-pool") }}
+{{ include "ebb.suffix" $ }}/activator-pool: {{ $pool }}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of an activator pool's objects and pods: (list . "default"). */}}
+{{- define "ebb.activatorPoolLabels" -}}
+{{- $ := index . 0 -}}
+{{- $pool := index . 1 -}}
+{{ include "ebb.labels" $ }}
+app.kubernetes.io/name: {{ ternary "ebb-activator" "ebb-activator-pool" (eq $pool "default") }}
+app.kubernetes.io/component: activator
+{{ include "ebb.suffix" $ }}/activator-pool: {{ $pool }}
+{{- end -}}
+
+{{/* A map of labels as a selector string: k=v,k2=v2 (keys in order). */}}
+{{- define "ebb.selectorString" -}}
+{{- $parts := list -}}
+{{- range $k, $v := . -}}
+{{- $parts = append $parts (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}

@@ -56,6 +56,21 @@ crash-loops a pod. Rendered from templates/validate.yaml.
 {{- include "ebb.pdbWithin" (list $v.webhook "webhook") -}}
 {{- include "ebb.pdbWithin" (list $v.activator "activator") -}}
 {{- include "ebb.pdbWithin" (list $v.scaler "scaler") -}}
+{{- $seen := dict -}}
+{{- range $pool := include "ebb.activatorPools" . | fromJsonArray -}}
+{{- if ne $pool.name "default" -}}
+{{- $key := printf "activator.pools[%s]" $pool.name -}}
+{{- if hasKey $seen $pool.name -}}
+{{- fail (printf "activator.pools: %q listed twice" $pool.name) -}}
+{{- end -}}
+{{- $_ := set $seen $pool.name true -}}
+{{- include "ebb.durationWithin" (list $pool.values.coldStartTimeout (printf "%s.coldStartTimeout" $key) "1ms" "1h" "ebb-activator --cold-start-timeout") -}}
+{{- if lt (int $pool.values.maxHeld) (int $pool.values.queueSize) -}}
+{{- fail (printf "%s.maxHeld %d: must be at least its queueSize (%d)" $key (int $pool.values.maxHeld) (int $pool.values.queueSize)) -}}
+{{- end -}}
+{{- include "ebb.pdbWithin" (list $pool.values $key) -}}
+{{- end -}}
+{{- end -}}
 {{- include "ebb.sameSuffix" . -}}
 {{- end -}}
 

@@ -33,7 +33,11 @@ func (r *Release) Diagnose(ctx context.Context, c *cluster.Cluster, ns, app stri
 		{"ebb-activator", ":8081/routing"},
 		{"ebb-activator", ":8081/metrics"},
 	} {
-		pods, err := c.Client.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + comp.name + ",app.kubernetes.io/instance=" + r.Name})
+		sel := "app.kubernetes.io/name=" + comp.name
+		if comp.name == "ebb-activator" {
+			sel = "app.kubernetes.io/component=activator" // every pool's
+		}
+		pods, err := c.Client.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel + ",app.kubernetes.io/instance=" + r.Name})
 		if err != nil {
 			fmt.Fprintf(&b, "%s pods: %v\n", comp.name, err)
 			continue

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,13 @@ type AppAtZero struct {
 // AppRoute appears for the Deployment at 0 within 15 s, it scales it to 1
 // and lets KEDA bring it back to 0 (AppAtZero.StartedAtOne).
 func (r *Release) DeployAtZero(ctx context.Context, c *cluster.Cluster, ns, name string, s Scaling, logf func(string, ...any)) (*AppAtZero, error) {
+	return r.DeployAtZeroWith(ctx, c, ns, name, s, nil, logf)
+}
+
+// DeployAtZeroWith is DeployAtZero with the app's Deployment changed by
+// edit (when not nil) before it is created: annotations of its pod
+// template, its environment.
+func (r *Release) DeployAtZeroWith(ctx context.Context, c *cluster.Cluster, ns, name string, s Scaling, edit func(*appsv1.Deployment), logf func(string, ...any)) (*AppAtZero, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
@@ -49,7 +57,11 @@ func (r *Release) DeployAtZero(ctx context.Context, c *cluster.Cluster, ns, name
 		return nil, fmt.Errorf("create service: %w", err)
 	}
 	a.URL = "http://" + svc.Spec.ClusterIP + "/"
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, r.App(ns, name, a.Host, 0), metav1.CreateOptions{}); err != nil {
+	d := r.App(ns, name, a.Host, 0)
+	if edit != nil {
+		edit(d)
+	}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create deployment: %w", err)
 	}
 	logf("deployed %s/%s at 0 replicas (hosts %s) behind Service %s", ns, name, a.Host, svc.Spec.ClusterIP)

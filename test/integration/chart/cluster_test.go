@@ -179,7 +179,7 @@ func (a access) String() string {
 func TestRBAC(t *testing.T) {
 	c := lc
 	for _, selfSigned := range []bool{true, false} {
-		r := release{name: "rbac", namespace: "rbac-cm", sets: []string{"groupSuffix=rbac-cm.example.com"}}
+		r := release{name: "rbac", namespace: "rbac-cm", sets: []string{"groupSuffix=rbac-cm.example.com", "activator.pools[0].name=gold"}}
 		if selfSigned {
 			r = release{name: "rbac", namespace: "rbac-self", sets: []string{"groupSuffix=rbac-self.example.com", "certManager.enabled=false"}}
 		}
@@ -293,10 +293,17 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"list", "apps", "deployments", "", "", ""}, {"watch", "apps", "deployments", "", "", ""},
 		{"list", "", "pods", "", ns, ""}, {"watch", "", "pods", "", ns, ""},
 		{"watch", "", "pods", "", "shop", ""}, // a cold start's pods, by the app's label
+		{"list", "", "configmaps", "", ns, ""}, {"watch", "", "configmaps", "", ns, ""}, // the pools' selectors
+		{"list", "", "namespaces", "", "", ""}, {"watch", "", "namespaces", "", "", ""}, // pools' namespaceSelectors
 	}
 	activatorAllowed = append(activatorAllowed, lease("activator."+suffix)...)
+	if !selfSigned {
+		activatorAllowed = append(activatorAllowed, lease("activator-gold."+suffix)...)
+	}
 	activatorDenied := []access{
 		{"list", "", "pods", "", "", ""}, {"list", "", "pods", "", "shop", ""},
+		{"list", "", "configmaps", "", "shop", ""}, {"update", "", "configmaps", "", ns, ""},
+		{"update", "coordination.k8s.io", "leases", "", ns, "activator-silver." + suffix},
 		{"update", group, "approutes", "", "shop", "hello"}, {"delete", group, "approutes", "", "shop", "hello"},
 		{"list", "routing.ebb.dev", "approutes", "", "", ""},
 		{"update", "", "services", "", "shop", "hello"},

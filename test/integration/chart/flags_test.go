@@ -4,9 +4,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/ebb-dev/ebb/activator"
@@ -21,7 +24,8 @@ var flagReleases = []release{
 	defaultRelease,
 	{name: "team1", namespace: "team1-ebb", sets: []string{"groupSuffix=team1.example.com", "certManager.enabled=false",
 		"logFormat=text", "logLevel=debug", "scaler.port=9191", "activator.port=8888", "sidecar.adminPort=9022",
-		"sidecar.resources.limits.cpu=1", "activator.coldStartTimeout=30s", "activator.queueSize=50", "activator.maxHeld=500"}},
+		"sidecar.resources.limits.cpu=1", "activator.coldStartTimeout=30s", "activator.queueSize=50", "activator.maxHeld=500",
+		"activator.pools[0].name=gold", "activator.pools[0].maxHeld=900", "activator.pools[0].routeSelector.matchLabels.tier=gold"}},
 }
 
 // TestArgsParse runs each Deployment's args and env through the binary's
@@ -62,6 +66,35 @@ func TestArgsParse(t *testing.T) {
 				t.Errorf("activator hands off on port %d, its container port http is %d", o.HandoffPort, got)
 			}
 		})
+
+		if r.name == "team1" {
+			t.Run(r.name+"/activator-pool", func(t *testing.T) {
+				d := find(t, objs, "Deployment", prefix+"-activator-gold")
+				env := containerEnv(t, d)
+				o, err := activator.ParseOptions(containerArgs(t, d), func(k string) string { return env[k] })
+				if err != nil {
+					t.Fatalf("ebb-activator refuses the pool's args: %v", err)
+				}
+				// The pool's own values over the activator's.
+				if o.Pool != "gold" || o.PoolsConfigMap != prefix+"-activator-pools" || o.MaxHeld != 900 || o.QueueSize != 50 || o.ColdStartTimeout != 30*time.Second {
+					t.Errorf("pool activator options: pool %q, ConfigMap %q, maxHeld %d, queueSize %d, cold-start timeout %v", o.Pool, o.PoolsConfigMap, o.MaxHeld, o.QueueSize, o.ColdStartTimeout)
+				}
+				sel, err := labels.Parse(o.ActivatorSelector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tmpl, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
+				def := find(t, objs, "Deployment", prefix+"-activator")
+				defLabels, _, _ := unstructured.NestedStringMap(def.Object, "spec", "template", "metadata", "labels")
+				if !sel.Matches(labels.Set(tmpl)) || sel.Matches(labels.Set(defLabels)) {
+					t.Errorf("--activator-selector %q must select the pool's pods (%v) and not the default pool's (%v)", sel, tmpl, defLabels)
+				}
+				dsel, _ := activator.ParseOptions(containerArgs(t, def), func(k string) string { return containerEnv(t, def)[k] })
+				if s, _ := labels.Parse(dsel.ActivatorSelector); s.Matches(labels.Set(tmpl)) {
+					t.Errorf("the default pool's --activator-selector %q selects pool gold's pods", s)
+				}
+			})
+		}
 
 		t.Run(r.name+"/scaler", func(t *testing.T) {
 			d := find(t, objs, "Deployment", prefix+"-scaler")

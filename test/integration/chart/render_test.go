@@ -376,6 +376,12 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"certManager.issuerRef.kind=ClusterIssuer", "name"},
 		{"networkPolicy.enabled=true", "networkPolicy.namespaces"},
 		{"networkPolicy.namespaces={Shop}", "namespaces"},
+		{"activator.pools[0].name=default", "name"},
+		{"activator.pools[0].name=averyverylongpool", "name"},
+		{"activator.pools[0].name=gold,activator.pools[1].name=gold", `"gold" listed twice`},
+		{"activator.pools[0].name=gold,activator.pools[0].maxHeld=10", "activator.pools[gold].maxHeld 10"},
+		{"activator.pools[0].name=gold,activator.pools[0].port=9000", "port"},
+		{"activator.pools[0].name=gold,activator.pools[0].routeSelector.matchExpressions[0].key=tier,activator.pools[0].routeSelector.matchExpressions[0].operator=Is", "operator"},
 	} {
 		_, stderr, err := helm(t, "template", "ebb", chartDir(t), "--namespace", "ebb-system", "--set", tc.set)
 		if err == nil {
@@ -388,7 +394,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 	}
 	for _, set := range []string{"groupSuffix=team1.example.com", "groupSuffix=a.b", "webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=1",
 		"sidecar.resources.limits.cpu=500m", "certManager.issuerRef.name=corp-ca", "activator.coldStartTimeout=1m30s",
-		"webhook.certCheckInterval=1m", "webhook.certCheckInterval=90s", "webhook.certCheckInterval=2h30m"} {
+		"webhook.certCheckInterval=1m", "webhook.certCheckInterval=90s", "webhook.certCheckInterval=2h30m",
+		"activator.pools[0].name=gold,activator.pools[0].replicas=1,activator.pools[0].routeSelector.matchLabels.tier=gold"} {
 		if _, _, err := helm(t, "template", "ebb", chartDir(t), "--namespace", "ebb-system", "--set", set); err != nil {
 			t.Errorf("--set %s was refused: %v", set, err)
 		}

@@ -1,0 +1,433 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/test/e2e/install"
+)
+
+// poolValues add two activator pools to the e2e release, one replica
+// each: a (routes labelled e2e-pool=a) and b (e2e-pool=b, 40 request
+// slots, so a flood reaches its fair share). Every other route stays with
+// the default pool.
+var poolValues = []string{
+	"activator.pools[0].name=a", "activator.pools[0].replicas=1", "activator.pools[0].routeSelector.matchLabels.e2e-pool=a",
+	"activator.pools[1].name=b", "activator.pools[1].replicas=1", "activator.pools[1].routeSelector.matchLabels.e2e-pool=b",
+	"activator.pools[1].maxHeld=40", "activator.pools[1].queueSize=40",
+}
+
+// poolApp deploys an app at zero whose pod template puts its route in
+// pool ("" for the default pool), with the test app's environment env.
+func poolApp(t *testing.T, ns, name, pool string, env ...string) *install.AppAtZero {
+	t.Helper()
+	a, err := ebb.DeployAtZeroWith(t.Context(), lc, ns, name, scaling, func(d *appsv1.Deployment) {
+		if pool != "" {
+			d.Spec.Template.Annotations[ebb.Names.Key("route-labels")] = "e2e-pool=" + pool
+		}
+		c := &d.Spec.Template.Spec.Containers[0]
+		for i := 0; i+1 < len(env); i += 2 {
+			c.Env = append(c.Env, corev1.EnvVar{Name: env[i], Value: env[i+1]})
+		}
+	}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpState(t, ns)
+		}
+	})
+	return a
+}
+
+// poolOf waits until a's AppRoute says which pool admits it, with every
+// ready replica of that pool serving it, and returns the pool.
+func poolOf(t *testing.T, a *install.AppAtZero, want string) {
+	t.Helper()
+	var last string
+	if err := cluster.WaitFor(t.Context(), 30*time.Second, "AppRoute "+a.Name+" admitted by pool "+want, func(ctx context.Context) (bool, error) {
+		r, err := ebb.AppRoute(ctx, lc, a.Namespace, a.Name)
+		if err != nil {
+			return false, err
+		}
+		adm := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionAdmitted)
+		prop := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionPropagated)
+		last = fmt.Sprintf("pools %+v; Admitted %+v; Propagated %+v", r.Status.Pools, adm, prop)
+		return len(r.Status.Pools) == 1 && r.Status.Pools[0].Name == want &&
+			adm != nil && adm.Status == metav1.ConditionTrue && strings.Contains(adm.Message, "pool "+want+" admits") &&
+			prop != nil && prop.Status == metav1.ConditionTrue && strings.Contains(prop.Message, "of pool "+want), nil
+	}); err != nil {
+		t.Fatalf("%v; last: %s", err, last)
+	}
+}
+
+// poolPods lists the activator pods of pool (ready or not).
+func poolPods(t *testing.T, pool string) []corev1.Pod {
+	t.Helper()
+	pods, err := lc.Client.CoreV1().Pods(ebb.Namespace).List(t.Context(), metav1.ListOptions{LabelSelector: ebb.Names.Key("activator-pool") + "=" + pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// coldStartsSeen returns, per pool, how many cold starts of a its ready
+// activator pods recorded (the FirstByte phase's count): the pods that
+// held a's requests.
+func coldStartsSeen(t *testing.T, a *install.AppAtZero) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, pool := range []string{"default", "a", "b"} {
+		for _, p := range poolPods(t, pool) {
+			if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+				continue
+			}
+			resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8081") + "/metrics")
+			if err != nil {
+				t.Logf("metrics of %s: %v", p.Name, err)
+				continue
+			}
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				line := sc.Text()
+				if strings.HasPrefix(line, "ebb_activator_cold_start_phase_seconds_count{") && strings.Contains(line, `app="`+a.Name+`"`) &&
+					strings.Contains(line, `namespace="`+a.Namespace+`"`) && strings.Contains(line, `phase="FirstByte"`) {
+					n, _ := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+					out[pool] += n
+				}
+			}
+			resp.Body.Close()
+		}
+	}
+	return out
+}
+
+// handOffPools names the pools whose hand-off slices a's Service has.
+func handOffPools(t *testing.T, a *install.AppAtZero) []string {
+	t.Helper()
+	list, err := lc.Client.DiscoveryV1().EndpointSlices(a.Namespace).List(t.Context(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + a.Name + "," +
+		discoveryv1.LabelManagedBy + "=" + ebb.Names.EndpointSliceManagedBy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range list.Items {
+		out = append(out, s.Labels[ebb.Names.Key("activator-pool")])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// coldStart sends one request to a at zero and returns how long it took
+// to be answered 200.
+func coldStart(t *testing.T, a *install.AppAtZero) time.Duration {
+	t.Helper()
+	r := install.Get(t.Context(), &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}, a.URL, a.Host)
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("cold start of %s: %d %q %v", a.Name, r.Status, r.Body, r.Err)
+	}
+	return r.Took
+}
+
+// TestPoolColdStartsThroughItsOwnPool: three apps, one in pool a, one in
+// pool b, one in the default pool: each route is admitted by its pool
+// (status), its hand-off slice at zero is its pool's only, and its cold
+// start is held by its pool's activators and no other's.
+func TestPoolColdStartsThroughItsOwnPool(t *testing.T) {
+	apps := map[string]*install.AppAtZero{
+		"a":       poolApp(t, "e2e-pools", "pool-a", "a"),
+		"b":       poolApp(t, "e2e-pools", "pool-b", "b"),
+		"default": poolApp(t, "e2e-pools", "pool-default", ""),
+	}
+	took := map[string]time.Duration{}
+	for _, pool := range []string{"a", "b", "default"} {
+		a := apps[pool]
+		poolOf(t, a, pool)
+		if got := handOffPools(t, a); !slices.Equal(got, []string{pool}) {
+			t.Errorf("%s at zero: hand-off slices of pools %v, want only %s's", a.Name, got, pool)
+		}
+		took[pool] = coldStart(t, a)
+		seen := coldStartsSeen(t, a)
+		t.Logf("%s: cold start %v, held by pools %v", a.Name, took[pool].Round(time.Millisecond), seen)
+		for p, n := range seen {
+			if p != pool && n > 0 {
+				t.Errorf("%s (pool %s) was held by pool %s's activators too", a.Name, pool, p)
+			}
+		}
+		if seen[pool] == 0 {
+			t.Errorf("%s (pool %s): no activator of its pool recorded its cold start", a.Name, pool)
+		}
+	}
+	fmt.Printf("FIGURE cold start through a pool vs the default pool (same run): pool a %v, pool b %v, default %v; a÷default %.2f\n",
+		took["a"].Round(time.Millisecond), took["b"].Round(time.Millisecond), took["default"].Round(time.Millisecond),
+		took["a"].Seconds()/took["default"].Seconds())
+}
+
+// TestPoolKilledLeavesOthersServing: every activator pod of pool a is
+// force-deleted (a lost node would do that): apps of pool b and of the
+// default pool still cold-start and serve; pool a's app cold-starts once
+// its pool's pods are back.
+func TestPoolKilledLeavesOthersServing(t *testing.T) {
+	ka := poolApp(t, "e2e-pool-kill", "kill-a", "a")
+	kb := poolApp(t, "e2e-pool-kill", "kill-b", "b")
+	kd := poolApp(t, "e2e-pool-kill", "kill-default", "")
+	t.Cleanup(func() {
+		if err := install.WaitDeploymentReady(context.Background(), lc, ebb.Namespace, ebb.Fullname+"-activator-a", 2*time.Minute); err != nil {
+			t.Errorf("pool a back: %v", err)
+		}
+	})
+	for _, p := range poolPods(t, "a") {
+		if err := lc.Client.CoreV1().Pods(ebb.Namespace).Delete(t.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("force-deleted pool a's activator %s", p.Name)
+	}
+	for _, a := range []*install.AppAtZero{kb, kd} {
+		t.Logf("%s cold-started in %v with pool a down", a.Name, coldStart(t, a).Round(time.Millisecond))
+	}
+	if err := install.WaitDeploymentReady(t.Context(), lc, ebb.Namespace, ebb.Fullname+"-activator-a", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	poolOf(t, ka, "a")
+	if err := install.WaitRoutedToActivator(t.Context(), ka.URL, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s cold-started in %v once pool a was back", ka.Name, coldStart(t, ka).Round(time.Millisecond))
+}
+
+// TestPoolFairShareUnderFlood: one app floods pool b (40 slots) with 60
+// requests: it holds its fair share (20) and gets 503 with Retry-After
+// beyond it; meanwhile another app of pool b cold-starts in its normal
+// time (measured before the flood) and nothing of it is refused.
+func TestPoolFairShareUnderFlood(t *testing.T) {
+	ctx := t.Context()
+	flood := poolApp(t, "e2e-pool-flood", "flood", "b", "STARTUP_DELAY", "15s")
+	calm := poolApp(t, "e2e-pool-flood", "calm", "b")
+	normal := coldStart(t, calm)
+	if err := ebb.WaitAtZero(ctx, lc, calm, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 60
+	var floodResults []install.Result
+	var wg sync.WaitGroup
+	wg.Go(func() { floodResults = install.Send(ctx, flood.URL, flood.Host, n, 60*time.Second) })
+	// The flood is held (its share) or refused before the other app comes.
+	if err := cluster.WaitFor(ctx, 20*time.Second, "pool b holding the flood", func(ctx context.Context) (bool, error) {
+		return heldByPool(t, "b") >= 20, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	during := coldStart(t, calm)
+	wg.Wait()
+	refused, served := 0, 0
+	for _, r := range floodResults {
+		switch {
+		case r.Err == nil && r.Status == http.StatusOK:
+			served++
+		case r.Err == nil && r.Status == http.StatusServiceUnavailable && strings.Contains(r.Body, "fair share"):
+			refused++
+		default:
+			t.Errorf("flood request: %d %q %v, want 200 (held) or 503 naming the fair share", r.Status, r.Body, r.Err)
+		}
+	}
+	t.Logf("flood of %d: %d held and served, %d refused with 503; the other app's cold start %v under the flood, %v before it",
+		n, served, refused, during.Round(time.Millisecond), normal.Round(time.Millisecond))
+	if served > 20 || refused < n-20 {
+		t.Errorf("the flooding app held %d requests, more than its fair share of 20 (40 slots, alone)", served)
+	}
+	if during > normal*3/2+2*time.Second {
+		t.Errorf("the other app's cold start took %v under the flood, %v without: one app's backlog slowed another's", during, normal)
+	}
+	fmt.Printf("FIGURE fair share: a flood of %d on a 40-slot pool: %d held, %d refused (503 + Retry-After); another app's cold start %v under it vs %v before\n",
+		n, served, refused, during.Round(time.Millisecond), normal.Round(time.Millisecond))
+}
+
+// heldByPool sums ebb_activator_held over pool's ready pods.
+func heldByPool(t *testing.T, pool string) int {
+	total := 0
+	for _, p := range poolPods(t, pool) {
+		resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8081") + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(line, "ebb_activator_held_requests{") || strings.HasPrefix(line, "ebb_activator_held_requests ") {
+				v, _ := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' ')+1:]), 64)
+				total += int(v)
+			}
+		}
+	}
+	return total
+}
+
+// TestPoolMoveUnderTraffic: an app at zero in pool a, slow to start, gets
+// a request every 50 ms; its pod template is relabelled to pool b. The
+// route's status shows the new binding, its hand-off slice becomes pool
+// b's, and no request is lost.
+func TestPoolMoveUnderTraffic(t *testing.T) {
+	ctx := t.Context()
+	a := poolApp(t, "e2e-pool-move", "mover", "a", "STARTUP_DELAY", "8s")
+	poolOf(t, a, "a")
+	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var mu sync.Mutex
+	var results []install.Result
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < 600; i++ { // at most 30 s of traffic
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			wg.Go(func() {
+				r := install.Get(ctx, client, a.URL, a.Host)
+				mu.Lock()
+				results = append(results, r)
+				mu.Unlock()
+			})
+		}
+	})
+	time.Sleep(time.Second)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Annotations[ebb.Names.Key("route-labels")] = "e2e-pool=b"
+		_, err = lc.Client.AppsV1().Deployments(a.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now()
+	poolOf(t, a, "b")
+	t.Logf("status shows pool b %v after the relabel", time.Since(moved).Round(time.Millisecond))
+	time.Sleep(12 * time.Second) // the app starts (8 s) and serves under traffic
+	close(stop)
+	wg.Wait()
+	if err := install.Failures(results); err != nil {
+		t.Errorf("requests lost in the move:\n%v", err)
+	}
+	seen := coldStartsSeen(t, a)
+	t.Logf("%d requests, all 200; cold starts recorded by pools %v", len(results), seen)
+	if len(results) < 100 {
+		t.Errorf("only %d requests sent: the traffic did not run", len(results))
+	}
+	fmt.Printf("FIGURE move between pools under traffic: %d requests, %d lost\n", len(results), 0)
+}
+
+// TestPoolHoldsTenThousand: pool a's one activator holds 10,000 requests
+// of one app (its queue raised to 10,000; the pool's 20,000 slots give
+// one app 10,000): the activator's resident memory before and while it
+// holds them.
+func TestPoolHoldsTenThousand(t *testing.T) {
+	const n = 10_000
+	ctx := t.Context()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < n+1000 {
+		lim.Cur = min(lim.Max, n+4096)
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < n+1000 {
+			t.Skipf("cannot open %d connections: RLIMIT_NOFILE %d (%v)", n, lim.Cur, err)
+		}
+	}
+	a := poolApp(t, "e2e-pool-rss", "many", "a", "STARTUP_DELAY", "10m")
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := lc.Client.AppsV1().Deployments(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Annotations[ebb.Names.Key("queue-size")] = strconv.Itoa(n)
+		_, err = lc.Client.AppsV1().Deployments(a.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pods := poolPods(t, "a")
+	if len(pods) != 1 {
+		t.Fatalf("%d pods in pool a, want 1", len(pods))
+	}
+	pid, err := activatorPID(pods[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rss(t, pid)
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	addr := strings.TrimSuffix(strings.TrimPrefix(a.URL, "http://"), "/") + ":80"
+	req := []byte("GET / HTTP/1.1\r\nHost: " + a.Host + "\r\n\r\n")
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(conns) < n && time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(conns), err)
+		}
+		if _, err := c.Write(req); err != nil {
+			t.Fatalf("request %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	if err := cluster.WaitFor(ctx, time.Minute, fmt.Sprintf("pool a holding %d requests", n), func(context.Context) (bool, error) {
+		return heldByPool(t, "a") >= n, nil
+	}); err != nil {
+		t.Fatalf("%v (held %d)", err, heldByPool(t, "a"))
+	}
+	holding := rss(t, pid)
+	t.Logf("pool a's activator: RSS %.1f MiB idle, %.1f MiB holding %d requests (%.1f KiB each)",
+		before, holding, n, (holding-before)*1024/float64(n))
+	fmt.Printf("FIGURE activator RSS per pool holding %d requests: %.1f MiB (idle %.1f MiB)\n", n, holding, before)
+	if holding > 400 {
+		t.Errorf("RSS %.1f MiB holding %d requests: over the 512Mi limit's safety margin", holding, n)
+	}
+}
+
+// rss is the resident set of process pid in MiB.
+func rss(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return float64(kb) / 1024
+		}
+	}
+	t.Fatalf("no VmRSS for %d", pid)
+	return 0
+}
