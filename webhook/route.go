@@ -2,9 +2,9 @@ package webhook
 
 import (
 	"context"
-	"maps"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 

@@ -292,7 +292,7 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"delete", "discovery.k8s.io", "endpointslices", "", "shop", "hello-ebb"},
 		{"list", "apps", "deployments", "", "", ""}, {"watch", "apps", "deployments", "", "", ""},
 		{"list", "", "pods", "", ns, ""}, {"watch", "", "pods", "", ns, ""},
-		{"watch", "", "pods", "", "shop", ""}, // a cold start's pods, by the app's label
+		{"watch", "", "pods", "", "shop", ""},                                           // a cold start's pods, by the app's label
 		{"list", "", "configmaps", "", ns, ""}, {"watch", "", "configmaps", "", ns, ""}, // the pools' selectors
 		{"list", "", "namespaces", "", "", ""}, {"watch", "", "namespaces", "", "", ""}, // pools' namespaceSelectors
 	}
