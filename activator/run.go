@@ -494,7 +494,7 @@ func newManager(cfg *rest.Config, opts Options, names groupsuffix.Names, log log
 		HealthProbeBindAddress: "0",
 		Cache: crcache.Options{
 			SyncPeriod: ptr.To(10 * time.Minute),
-			ByObject: byObject,
+			ByObject:   byObject,
 		},
 	})
 	if err != nil {
