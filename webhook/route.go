@@ -290,7 +290,7 @@ func appliedLabels(r *routingv1alpha1.AppRoute) map[string]struct{} {
 				Labels map[string]json.RawMessage `json:"f:labels"`
 			} `json:"f:metadata"`
 		}
-		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
 			return nil
 		}
 		out := make(map[string]struct{}, len(fields.Metadata.Labels))
