@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"net"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -90,5 +91,21 @@ func TestReleaseIfHolderCannotServe(t *testing.T) {
 				t.Errorf("campaign again at once = %v, want %v", retry, tc.gone)
 			}
 		})
+	}
+}
+
+// TestRefused: a port nothing listens on refuses; a listening one does not.
+func TestRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if refused(addr) {
+		t.Errorf("%s listens, yet refused", addr)
+	}
+	ln.Close()
+	if !refused(addr) {
+		t.Errorf("%s closed, yet not refused", addr)
 	}
 }

@@ -488,7 +488,8 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		d.reject(w, a, fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit))
 		return
 	case overShare:
-		d.reject(w, a, fmt.Sprintf("app %s holds its fair share of this activator's %d request slots while %d apps wait", a.key, d.opts.MaxHeld, d.holding.Load()))
+		n := d.holding.Load()
+		d.reject(w, a, fmt.Sprintf("app %s holds its fair share of this activator's %d request slots (%d with %d app(s) holding)", a.key, d.opts.MaxHeld, d.fairShare(n), n))
 		return
 	case globalFull:
 		d.reject(w, a, fmt.Sprintf("the activator holds its maximum of %d requests", d.opts.MaxHeld))

@@ -216,7 +216,7 @@ func TestFairShare(t *testing.T) {
 		go do(t, ctx, url, "other.test")
 	}
 	waitHeld(t, dp, 9) // 12 ÷ (2 + 1) = 4 for the newcomer: its 3 are held
-	if code, _, body := do(t, t.Context(), url, "hello.test"); code != http.StatusServiceUnavailable || !strings.Contains(body, "while 2 apps wait") {
+	if code, _, body := do(t, t.Context(), url, "hello.test"); code != http.StatusServiceUnavailable || !strings.Contains(body, "(4 with 2 app(s) holding)") {
 		t.Errorf("the flooding app, over its share of 4 with two apps holding: %d %q", code, body)
 	}
 	cancel()

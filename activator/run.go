@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -161,7 +162,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	var l *leadership
 	if opts.LeaderElect {
-		l = &leadership{kube: kube, opts: opts, names: names, log: log, src: src, retry: make(chan struct{}, 1)}
+		l = &leadership{kube: kube, opts: opts, names: names, log: log, src: src, retry: make(chan struct{}, 1), adminPort: adminPort}
 		if err := ctrl.NewControllerManagedBy(mgr).Named("activator-lease").For(&corev1.Pod{}).
 			WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(l); err != nil {
 			return fmt.Errorf("lease controller: %w", err)
@@ -276,6 +277,10 @@ type leadership struct {
 	src     *sources      // its cache holds this instance's activator pods
 	retry   chan struct{} // a holder was released: campaign again now
 	leading atomic.Bool
+	// adminPort is every replica's admin port; refusals counts the checks
+	// in a row that found the holder's refusing connections.
+	adminPort int
+	refusals  int
 }
 
 // readyPoll is how often a replica looks at its own pod's readiness (in its
@@ -354,12 +359,50 @@ func (l *leadership) run(ctx context.Context, loops func() ([]controller.Control
 						}
 						return
 					}
+					if !l.leading.Load() && l.holderGone(ctx, le.GetLeader()) &&
+						releaseLeaseOf(ctx, l.kube, l.opts, l.names, l.log, le.GetLeader(), "its admin port refuses connections: its process is gone") {
+						return // campaign again now
+					}
 				}
 			}
 		}()
 		le.Run(campaign)
 		stop()
 	}
+}
+
+// holderGone reports whether the Lease holder's process is gone: its
+// pod's admin port refused a connection on two checks in a row (a crash
+// leaves the pod and its address, with nothing listening). It sees a
+// crash before the kubelet's next relist and status write do, and a slow
+// or hung holder is left to the kubelet's probes (no refusal).
+func (l *leadership) holderGone(ctx context.Context, holder string) bool {
+	if holder == "" || holder == l.opts.PodName {
+		l.refusals = 0
+		return false
+	}
+	var p corev1.Pod
+	if err := l.src.cache.Get(ctx, types.NamespacedName{Namespace: l.opts.PodNamespace, Name: holder}, &p); err != nil || p.Status.PodIP == "" {
+		l.refusals = 0
+		return false
+	}
+	if refused(net.JoinHostPort(p.Status.PodIP, strconv.Itoa(l.adminPort))) {
+		l.refusals++
+	} else {
+		l.refusals = 0
+	}
+	return l.refusals >= 2
+}
+
+// refused reports whether a TCP connection to addr is refused (nothing
+// listens there); a timeout or success is not.
+func refused(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // selfReady reports whether this replica's pod is Ready; a replica that
