@@ -67,6 +67,11 @@ func (h *handoff) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile
 }
 
 func (h *handoff) reconcileAll(ctx context.Context) error {
+	// Without the pools' selectors no route's pool is known: leave every
+	// slice as it is rather than take them all down.
+	if ps, err := h.bind.current(ctx); len(ps) == 0 {
+		return fmt.Errorf("no activator pools known, hand-off slices left as they are: %w", err)
+	}
 	routes := h.src.cachedRoutes(ctx)
 	wanted := map[string]bool{} // namespace/slice name
 	var errs []error

@@ -169,8 +169,10 @@ func (b *binder) admit(ctx context.Context, r *routingv1alpha1.AppRoute) (string
 		return "", fmt.Sprintf("no activator pools known: %v", err)
 	}
 	var ns corev1.Namespace
-	if err := b.cache.Get(ctx, types.NamespacedName{Name: r.Namespace}, &ns); err != nil && ps.needNamespaces() {
-		return "", fmt.Sprintf("namespace %s not known yet: %v", r.Namespace, err)
+	if ps.needNamespaces() {
+		if err := b.cache.Get(ctx, types.NamespacedName{Name: r.Namespace}, &ns); err != nil {
+			return "", fmt.Sprintf("namespace %s not known yet: %v", r.Namespace, err)
+		}
 	}
 	return ps.admit(labels.Set(r.Labels), labels.Set(ns.Labels))
 }

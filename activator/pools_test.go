@@ -4,8 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 )
 
@@ -84,5 +88,41 @@ func TestPoolNames(t *testing.T) {
 			}
 			seen[name] = true
 		}
+	}
+}
+
+// TestBinderKeepsTheLastGoodPools: without the pools ConfigMap no pool is
+// known (the controllers then leave slices and status alone); a broken
+// edit keeps the pools read before, with the error; without
+// --pools-configmap the replica's own pool admits every route.
+func TestBinderKeepsTheLastGoodPools(t *testing.T) {
+	ctx := t.Context()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ebb-system", Name: "pools", ResourceVersion: "1"},
+		Data: map[string]string{PoolsKey: `[{"name": "a", "routeSelector": {"matchLabels": {"tier": "a"}}}, {"name": "default"}]`}}
+	route := &routingv1alpha1.AppRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "hello", Labels: map[string]string{"tier": "a"}}}
+
+	b := &binder{opts: Options{PodNamespace: "ebb-system", PoolsConfigMap: "pools", Pool: DefaultPool}, cache: fake.NewClientBuilder().Build()}
+	if ps, err := b.current(ctx); len(ps) != 0 || err == nil {
+		t.Errorf("no ConfigMap: pools %v, error %v; want none and an error", ps, err)
+	}
+	if pool, why := b.admit(ctx, route); pool != "" || !strings.Contains(why, "no activator pools known") {
+		t.Errorf("no ConfigMap: admitted by %q (%s)", pool, why)
+	}
+
+	b.cache = fake.NewClientBuilder().WithObjects(cm).Build()
+	if pool, _ := b.admit(ctx, route); pool != "a" {
+		t.Errorf("admitted by %q, want a", pool)
+	}
+	broken := cm.DeepCopy()
+	broken.ResourceVersion, broken.Data[PoolsKey] = "2", `[{"name": "A"}]`
+	b.cache = fake.NewClientBuilder().WithObjects(broken).Build()
+	ps, err := b.current(ctx)
+	if len(ps) != 2 || err == nil || !strings.Contains(err.Error(), `pool name "A"`) {
+		t.Errorf("a broken edit: pools %v, error %v; want the 2 read before and the error", ps, err)
+	}
+
+	alone := &binder{opts: Options{Pool: "gold"}}
+	if pool, _ := alone.admit(ctx, route); pool != "gold" {
+		t.Errorf("without --pools-configmap: admitted by %q, want the replica's own pool", pool)
 	}
 }

@@ -64,6 +64,9 @@ func (p *propagation) Reconcile(ctx context.Context, _ reconcile.Request) (recon
 }
 
 func (p *propagation) once(ctx context.Context) error {
+	if ps, err := p.bind.current(ctx); len(ps) == 0 {
+		return fmt.Errorf("no activator pools known, route status left as it is: %w", err)
+	}
 	listed, err := p.src.activatorPods(ctx)
 	if err != nil {
 		return err
