@@ -212,7 +212,10 @@ var standardKeys = regexp.MustCompile(`^(app\.kubernetes\.io/[a-z-]+|helm\.sh/(c
 // namespace) shares no cluster-scoped name, no ebb label or annotation key
 // and no CRD with the first; every ebb key carries its own suffix.
 func TestTwoReleasesShareNothing(t *testing.T) {
-	extra := []string{"scaler.tls.enabled=true", "serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}
+	// Both with an activator pool of the same name: its objects, Lease and
+	// labels still differ.
+	extra := []string{"scaler.tls.enabled=true", "serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}",
+		"activator.pools[0].name=gold"}
 	for _, certManager := range []string{"true", "false"} {
 		a := release{name: "ebb", namespace: "ebb-system", sets: append([]string{"certManager.enabled=" + certManager}, extra...)}
 		b := release{name: "team1", namespace: "team1-ebb", sets: append([]string{"certManager.enabled=" + certManager, "groupSuffix=team1.example.com"}, extra...)}
