@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -46,9 +49,16 @@ type handoff struct {
 	bind    *binder
 	metrics *Metrics
 
+	adminPort int // every replica's
+
+	mu sync.Mutex // one reconcileAll at a time: the loop's and watchPeers'
 	// handingOver: since when a slice of this pool has been kept for a
 	// route another pool now admits, until that pool's slice can serve.
 	handingOver map[string]time.Time
+	// gone are the pool's replicas whose admin port refused connections on
+	// two checks in a row (their process crashed, the kubelet may not know
+	// yet): left out of the slices. refusals counts each one's checks.
+	gone, refusals map[string]int
 }
 
 // handoverGrace bounds how long a pool keeps the hand-off slice of a route
@@ -66,7 +76,67 @@ func (h *handoff) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile
 	return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
 }
 
+// peerCheck is how often the elected replica checks that its fellow
+// replicas' processes still listen.
+const peerCheck = 100 * time.Millisecond
+
+// watchPeers checks, every peerCheck while this replica leads, each ready
+// fellow replica's admin port; one that refuses twice in a row (a crashed
+// process: its pod and address stay, nothing listens) is left out of
+// every hand-off slice at once, before the kubelet's relist and status
+// write make it not Ready; one that listens again is put back.
+func (h *handoff) watchPeers(ctx context.Context) error {
+	tick := time.NewTicker(peerCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		pods, err := h.src.activatorPods(ctx)
+		if err != nil {
+			continue
+		}
+		changed := false
+		h.mu.Lock()
+		if h.refusals == nil {
+			h.gone, h.refusals = map[string]int{}, map[string]int{}
+		}
+		for i := range pods {
+			p := &pods[i]
+			if p.Name == h.opts.PodName || p.Status.PodIP == "" || !podReady(p) {
+				delete(h.refusals, p.Name)
+				continue
+			}
+			if refused(net.JoinHostPort(p.Status.PodIP, strconv.Itoa(h.adminPort))) {
+				h.refusals[p.Name]++
+			} else {
+				h.refusals[p.Name] = 0
+			}
+			_, wasGone := h.gone[p.Name]
+			switch isGone := h.refusals[p.Name] >= 2; {
+			case isGone && !wasGone:
+				h.gone[p.Name] = 1
+				changed = true
+				h.log.Info("activator replica refuses connections: out of the hand-off slices", "replica", p.Name)
+			case !isGone && wasGone:
+				delete(h.gone, p.Name)
+				changed = true
+			}
+		}
+		h.mu.Unlock()
+		if changed {
+			if err := h.reconcileAll(ctx); err != nil && ctx.Err() == nil {
+				h.log.Error(err, "endpoint hand-off after a replica's crash: some slices not reconciled")
+			}
+		}
+	}
+}
+
 func (h *handoff) reconcileAll(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	// Without the pools' selectors no route's pool is known: leave every
 	// slice as it is rather than take them all down.
 	if ps, err := h.bind.current(ctx); len(ps) == 0 {
@@ -262,7 +332,7 @@ func (h *handoff) desired(ctx context.Context, r *routingv1alpha1.AppRoute, svc 
 	}
 	for i := range pods {
 		p := &pods[i]
-		if !podReady(p) || p.DeletionTimestamp != nil || p.Status.PodIP == "" || strings.Contains(p.Status.PodIP, ":") {
+		if _, gone := h.gone[p.Name]; gone || !podReady(p) || p.DeletionTimestamp != nil || p.Status.PodIP == "" || strings.Contains(p.Status.PodIP, ":") {
 			continue
 		}
 		ep := discoveryv1.Endpoint{

@@ -43,6 +43,7 @@ import (
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -137,11 +138,11 @@ func Run(ctx context.Context, opts Options) error {
 	_, adminPortStr, _ := net.SplitHostPort(opts.AdminListen)
 	adminPort, _ := strconv.Atoi(adminPortStr)
 	bind := &binder{opts: opts, cache: mgr.GetCache()}
-	ho := &handoff{opts: opts, names: names, log: log.WithName("handoff"), kube: kube, src: src, bind: bind, metrics: metrics}
+	ho := &handoff{opts: opts, names: names, log: log.WithName("handoff"), kube: kube, src: src, bind: bind, metrics: metrics, adminPort: adminPort}
 	prop := &propagation{names: names, log: log.WithName("propagation"), dyn: dyn, src: src, bind: bind, pool: opts.Pool, adminPort: adminPort, client: &http.Client{Timeout: 2 * time.Second}}
 	// The elected replica's controllers: new ones for each term.
 	watched := append([]client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(opts)...)
-	leaderLoops := func() ([]controller.Controller, error) {
+	leaderLoops := func() ([]manager.Runnable, error) {
 		h, err := newLoop(mgr, "handoff", ho, 0, watched...)
 		if err != nil {
 			return nil, fmt.Errorf("hand-off controller: %w", err)
@@ -150,7 +151,7 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return nil, fmt.Errorf("propagation controller: %w", err)
 		}
-		return []controller.Controller{h, p}, nil
+		return []manager.Runnable{h, p, manager.RunnableFunc(ho.watchPeers)}, nil
 	}
 
 	table, err := newLoop(mgr, "routing-table", src, 0, &routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
@@ -290,7 +291,7 @@ const readyPoll = 100 * time.Millisecond
 // run campaigns while the replica is ready, runs the controllers loops
 // returns (the hand-off and propagation controllers) while it holds the
 // Lease, until ctx ends.
-func (l *leadership) run(ctx context.Context, loops func() ([]controller.Controller, error)) {
+func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, error)) {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: l.opts.PodNamespace, Name: poolLeaseName(l.names, l.opts.Pool)},
 		Client:     l.kube.CoordinationV1(),

@@ -301,11 +301,15 @@ func TestPoolFairShareUnderFlood(t *testing.T) {
 	if served > share || refused < n-share {
 		t.Errorf("the flooding app held %d requests, more than its fair share of %d (%d slots, alone)", served, share, poolBSlots)
 	}
-	// The pool's share of the other app's cold start (held → scaled,
-	// sidecar ready → first byte) must not grow with the flood; the pod's
-	// start on this 2-core node does, with or without pools (a second pod
-	// on the node), and is reported.
-	if duringOurs > 2*normalOurs+200*time.Millisecond || during > 3*normal {
+	// The other app was not refused (coldStart fails on a 503) nor queued
+	// behind the flood: ebb's and KEDA's part of its cold start (held →
+	// scaled, sidecar ready → first byte) stays within a second of what it
+	// was. The flooding app's own cold start loads this 2-core node (its
+	// pod, its sidecar probed while not ready), which slows the other
+	// pod's start (ContainersStarted) by seconds and ebb's part by some
+	// hundred ms; both are reported, the total bounded only against
+	// starvation.
+	if duringOurs > normalOurs+time.Second || during > normal+15*time.Second {
 		t.Errorf("the other app's cold start took %v under the flood (ebb's and KEDA's part %v), %v without (%v): one app's backlog slowed another's",
 			during, duringOurs, normal, normalOurs)
 	}
