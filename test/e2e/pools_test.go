@@ -209,7 +209,6 @@ func TestPoolColdStartsThroughItsOwnPool(t *testing.T) {
 		median(took["a"]).Seconds()/median(took["default"]).Seconds(), median(ours["a"]).Round(time.Millisecond), median(ours["default"]).Round(time.Millisecond))
 }
 
-
 // TestPoolKilledLeavesOthersServing: every activator pod of pool a is
 // force-deleted (a lost node would do that): apps of pool b and of the
 // default pool still cold-start and serve; pool a's app cold-starts once
