@@ -33,8 +33,10 @@ import (
 // poolValues add two activator pools to the e2e release, one replica
 // each: a (routes labelled e2e-pool=a) and b (e2e-pool=b, 400 request
 // slots, so a flood reaches its fair share). Every other route stays with
-// the default pool.
+// the default pool, but for those in a namespace labelled e2e-no-pool:
+// no pool admits them.
 var poolValues = []string{
+	"activator.namespaceSelector.matchExpressions[0].key=e2e-no-pool", "activator.namespaceSelector.matchExpressions[0].operator=DoesNotExist",
 	"activator.pools[0].name=a", "activator.pools[0].replicas=1", "activator.pools[0].routeSelector.matchLabels.e2e-pool=a",
 	"activator.pools[1].name=b", "activator.pools[1].replicas=1", "activator.pools[1].routeSelector.matchLabels.e2e-pool=b",
 	"activator.pools[1].maxHeld=400", "activator.pools[1].queueSize=400",
@@ -517,4 +519,41 @@ func rss(t *testing.T, pid int) float64 {
 	}
 	t.Fatalf("no VmRSS for %d", pid)
 	return 0
+}
+
+// TestPoolNoneAdmits: a route no pool selects (its namespace is outside the
+// default pool's namespaceSelector) gets Admitted=False NoPoolSelects,
+// saying why, no pool entry, and no hand-off slice.
+func TestPoolNoneAdmits(t *testing.T) {
+	ctx := t.Context()
+	ns, name := "e2e-pool-none", "orphan"
+	labels := ebb.OptIn()
+	labels["e2e-no-pool"] = "true"
+	if err := lc.EnsureNamespace(ctx, ns, labels); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Client.CoreV1().Services(ns).Create(ctx, ebb.Service(ns, name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Client.AppsV1().Deployments(ns).Create(ctx, ebb.App(ns, name, name+".example.com", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	if err := cluster.WaitFor(ctx, 60*time.Second, "AppRoute "+name+" Admitted=False NoPoolSelects", func(ctx context.Context) (bool, error) {
+		r, err := ebb.AppRoute(ctx, lc, ns, name)
+		if err != nil {
+			return false, nil
+		}
+		adm := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionAdmitted)
+		last = fmt.Sprintf("pools %+v; Admitted %+v", r.Status.Pools, adm)
+		return adm != nil && adm.Status == metav1.ConditionFalse && adm.Reason == "NoPoolSelects" && len(r.Status.Pools) == 0 &&
+			strings.Contains(adm.Message, "no activator pool selects the route") && strings.Contains(adm.Message, "default (namespaceSelector !e2e-no-pool)"), nil
+	}); err != nil {
+		t.Fatalf("%v; last: %s", err, last)
+	}
+	t.Logf("%s", last)
+	time.Sleep(2 * time.Second) // a hand-off slice would be out within a reconcile
+	if got := handOffPools(t, &install.AppAtZero{Namespace: ns, Name: name}); len(got) != 0 {
+		t.Errorf("hand-off slices of pools %v for a route no pool admits", got)
+	}
 }
