@@ -144,7 +144,8 @@ func (b *binder) current(ctx context.Context) (pools, error) {
 		return pools{{name: b.opts.Pool}}, nil
 	}
 	var cm corev1.ConfigMap
-	if err := b.cache.Get(ctx, types.NamespacedName{Namespace: b.opts.PodNamespace, Name: b.opts.PoolsConfigMap}, &cm); err != nil {
+	// Read only, on every route's binding: no deep copy.
+	if err := b.cache.Get(ctx, types.NamespacedName{Namespace: b.opts.PodNamespace, Name: b.opts.PoolsConfigMap}, &cm, client.UnsafeDisableDeepCopy); err != nil {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return b.pools, fmt.Errorf("pools ConfigMap %s/%s: %w", b.opts.PodNamespace, b.opts.PoolsConfigMap, err)
@@ -170,7 +171,7 @@ func (b *binder) admit(ctx context.Context, r *routingv1alpha1.AppRoute) (string
 	}
 	var ns corev1.Namespace
 	if ps.needNamespaces() {
-		if err := b.cache.Get(ctx, types.NamespacedName{Name: r.Namespace}, &ns); err != nil {
+		if err := b.cache.Get(ctx, types.NamespacedName{Name: r.Namespace}, &ns, client.UnsafeDisableDeepCopy); err != nil {
 			return "", fmt.Sprintf("namespace %s not known yet: %v", r.Namespace, err)
 		}
 	}
