@@ -84,13 +84,7 @@ func (w stepWatcher) Watch(ctx context.Context, _, _, deployment string, _ time.
 // activator span continuing the client's, with a child span per phase, and
 // the app receives the activator's span as its parent.
 func TestColdStartPhasesAndTrace(t *testing.T) {
-	rcv, err := tracingtest.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rcv.Close()
-	tp := tracing.New(tracing.Options{Endpoint: rcv.URL()}, "ebb-activator")
-	defer tp.Shutdown(context.Background())
+	rcv, tp := tracedActivator(t)
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	var records []ColdStartRecord
@@ -233,19 +227,27 @@ func forwarded(t *testing.T, reg *prometheus.Registry) uint64 {
 	return 0
 }
 
+// tracedActivator starts an OTLP receiver and a tracer provider exporting
+// to it as the activator, both stopped when the test ends.
+func tracedActivator(t *testing.T) (*tracingtest.Receiver, *tracing.Provider) {
+	t.Helper()
+	rcv, err := tracingtest.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rcv.Close)
+	tp := tracing.New(tracing.Options{Endpoint: rcv.URL()}, "ebb-activator")
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return rcv, tp
+}
+
 // TestTraceHeldLateJoiner: a request held after some phases of its cold
 // start had ended (here the scaler was told before the request's own hold
 // time was taken) still gets a span for every phase, those before its
 // wait lasting 0, and the spans add up to its wait. Regression: phases
 // that ended before the request's hold were left out of its trace.
 func TestTraceHeldLateJoiner(t *testing.T) {
-	rcv, err := tracingtest.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rcv.Close()
-	tp := tracing.New(tracing.Options{Endpoint: rcv.URL()}, "ebb-activator")
-	defer tp.Shutdown(context.Background())
+	rcv, tp := tracedActivator(t)
 	d := NewRouter(RouterOptions{Tracer: tp.Tracer})
 	defer d.Close()
 

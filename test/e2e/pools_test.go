@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -107,29 +106,44 @@ func coldStartsSeen(t *testing.T, a *install.AppAtZero) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, pool := range []string{"default", "a", "b"} {
-		for _, p := range poolPods(t, pool) {
-			if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-				continue
-			}
-			resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8081") + "/metrics")
-			if err != nil {
-				t.Logf("metrics of %s: %v", p.Name, err)
-				continue
-			}
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(nil, 1<<20)
-			for sc.Scan() {
-				line := sc.Text()
-				if strings.HasPrefix(line, "ebb_activator_cold_start_phase_seconds_count{") && strings.Contains(line, `app="`+a.Name+`"`) &&
-					strings.Contains(line, `namespace="`+a.Namespace+`"`) && strings.Contains(line, `phase="FirstByte"`) {
-					n, _ := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
-					out[pool] += n
-				}
-			}
-			resp.Body.Close()
-		}
+		out[pool] = int(poolMetric(t, pool, func(line string) bool {
+			return strings.HasPrefix(line, "ebb_activator_cold_start_phase_seconds_count{") && strings.Contains(line, `app="`+a.Name+`"`) &&
+				strings.Contains(line, `namespace="`+a.Namespace+`"`) && strings.Contains(line, `phase="FirstByte"`)
+		}))
 	}
 	return out
+}
+
+// heldByPool sums ebb_activator_held_requests over pool's pods.
+func heldByPool(t *testing.T, pool string) int {
+	return int(poolMetric(t, pool, func(line string) bool { return strings.HasPrefix(line, "ebb_activator_held_requests{") }))
+}
+
+// poolMetric sums the values of the /metrics lines of pool's running
+// activator pods that keep selects.
+func poolMetric(t *testing.T, pool string, keep func(line string) bool) float64 {
+	t.Helper()
+	total := 0.0
+	for _, p := range poolPods(t, pool) {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8081") + "/metrics")
+		if err != nil {
+			t.Logf("metrics of %s: %v", p.Name, err)
+			continue
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if line := sc.Text(); keep(line) {
+				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				total += v
+			}
+		}
+		resp.Body.Close()
+	}
+	return total
 }
 
 // handOffPools names the pools whose hand-off slices a's Service has.
@@ -346,26 +360,6 @@ func lastColdStart(t *testing.T, a *install.AppAtZero, since time.Time) (string,
 		t.Fatal(err)
 	}
 	return out, ours
-}
-
-// heldByPool sums ebb_activator_held over pool's ready pods.
-func heldByPool(t *testing.T, pool string) int {
-	total := 0
-	for _, p := range poolPods(t, pool) {
-		resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8081") + "/metrics")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for line := range strings.Lines(string(b)) {
-			if strings.HasPrefix(line, "ebb_activator_held_requests{") || strings.HasPrefix(line, "ebb_activator_held_requests ") {
-				v, _ := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' ')+1:]), 64)
-				total += int(v)
-			}
-		}
-	}
-	return total
 }
 
 // TestPoolMoveUnderTraffic: an app at zero in pool a, slow to start, gets
