@@ -9,6 +9,7 @@ import (
 
 	"github.com/ebb-dev/ebb/activator"
 	"github.com/ebb-dev/ebb/check"
+	"github.com/ebb-dev/ebb/federation"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/scaler"
 	"github.com/ebb-dev/ebb/sidecar"
@@ -44,6 +45,7 @@ var binaries = []binary{
 	{name: "ebb-activator", parse: adapt(activator.ParseOptions), usage: usage("ebb-activator", activator.DefaultOptions), kube: true, leader: true},
 	{name: "ebb-scaler", parse: adapt(scaler.ParseOptions), usage: usage("ebb-scaler", scaler.DefaultOptions), kube: true},
 	{name: "ebb-webhook", parse: adapt(webhook.ParseOptions), usage: usage("ebb-webhook", webhook.DefaultOptions), kube: true, leader: true},
+	{name: "ebb-federation", parse: adapt(federation.ParseOptions), usage: usage("ebb-federation", federation.DefaultOptions), kube: true, leader: true},
 	{name: "ebb-check", parse: withArgs(adapt(check.ParseOptions), "--app-namespace=ns", "--app-selector=app=x", "--app-url=http://app.ns.svc/",
 		"--scaler-address=scaler.ebb-system:9090", "--activator-url=http://activator.ebb-system:8081/readyz"), usage: usage("ebb-check", check.DefaultOptions), kube: true},
 }

@@ -42,6 +42,7 @@ var images = []image{
 	{"ebb-scaler", "./cmd/ebb-scaler"},
 	{"ebb-sidecar", "./cmd/ebb-sidecar"},
 	{"ebb-check", "./cmd/ebb-check"},
+	{"ebb-federation", "./cmd/ebb-federation"},
 	{"ebb-test-app", "./test/app"},
 	{"ebb-pause", "./test/pause"},
 }

@@ -57,6 +57,7 @@ sidecar-injector.{{ include "ebb.suffix" . }}
 
 {{/* Lease names are fixed by the binaries: <component>.<suffix>. */}}
 {{- define "ebb.webhookLeaseName" -}}ebb-webhook.{{ include "ebb.suffix" . }}{{- end -}}
+{{- define "ebb.federationLeaseName" -}}ebb-federation.{{ include "ebb.suffix" . }}{{- end -}}
 {{- define "ebb.activatorLeaseName" -}}activator.{{ include "ebb.suffix" . }}{{- end -}}
 
 {{- define "ebb.chart" -}}

@@ -50,6 +50,9 @@ crash-loops a pod. Rendered from templates/validate.yaml.
 {{- include "ebb.durationWithin" (list $v.activator.coldStartTimeout "activator.coldStartTimeout" "1ms" "1h" "ebb-activator --cold-start-timeout") -}}
 {{- include "ebb.durationWithin" (list $v.sidecar.drainTimeout "sidecar.drainTimeout" "0s" "10m" "ebb-webhook --sidecar-drain-timeout") -}}
 {{- include "ebb.durationWithin" (list $v.scaler.tick "scaler.tick" "10ms" "1m" "ebb-scaler --tick") -}}
+{{- if $v.federation.enabled -}}
+{{- include "ebb.durationWithin" (list $v.federation.interval "federation.interval" "100ms" "1m" "ebb-federation --interval") -}}
+{{- end -}}
 {{- if lt (int $v.activator.maxHeld) (int $v.activator.queueSize) -}}
 {{- fail (printf "activator.maxHeld %d: must be at least activator.queueSize (%d)" (int $v.activator.maxHeld) (int $v.activator.queueSize)) -}}
 {{- end -}}

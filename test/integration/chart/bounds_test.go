@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ebb-dev/ebb/activator"
+	"github.com/ebb-dev/ebb/federation"
 	"github.com/ebb-dev/ebb/scaler"
 	"github.com/ebb-dev/ebb/webhook"
 )
@@ -61,6 +62,10 @@ var chartBounds = []bound{
 	{"scaler.tick=5ms", false, "scaler", "--tick=5ms", nil},
 	{"scaler.tick=1m", true, "scaler", "--tick=1m", nil},
 	{"scaler.tick=1m1s", false, "scaler", "--tick=1m1s", nil},
+	{"federation.interval=100ms", true, "federation", "--interval=100ms", []string{"federation.enabled=true"}},
+	{"federation.interval=99ms", false, "federation", "--interval=99ms", []string{"federation.enabled=true"}},
+	{"federation.interval=1m", true, "federation", "--interval=1m", []string{"federation.enabled=true"}},
+	{"federation.interval=1m1s", false, "federation", "--interval=1m1s", []string{"federation.enabled=true"}},
 	{"scaler.port=65535", true, "scaler", "--grpc-addr=:65535", nil},
 	{"scaler.port=65536", false, "scaler", "--grpc-addr=:65536", nil},
 	{"scaler.adminPort=65536", false, "scaler", "--admin-addr=:65536", nil},
@@ -133,6 +138,8 @@ func parseAs(t *testing.T, component string, d *unstructured.Unstructured, args 
 		_, err = scaler.ParseOptions(args, getenv)
 	case "webhook":
 		_, err = webhook.ParseOptions(args, getenv)
+	case "federation":
+		_, err = federation.ParseOptions(args, getenv)
 	default:
 		t.Fatalf("no component %q", component)
 	}

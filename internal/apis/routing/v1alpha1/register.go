@@ -28,6 +28,11 @@ func GroupVersion(group string) schema.GroupVersion {
 	return schema.GroupVersion{Group: group, Version: Version}
 }
 
+// FederatedScaleResourceIn is the federatedscales resource in group.
+func FederatedScaleResourceIn(group string) schema.GroupVersionResource {
+	return GroupVersion(group).WithResource(FederatedScaleResource)
+}
+
 // GroupVersionResource is the approutes resource in group.
 func GroupVersionResource(group string) schema.GroupVersionResource {
 	return GroupVersion(group).WithResource(Resource)
@@ -49,7 +54,7 @@ func AddToScheme(scheme *runtime.Scheme, group string) error {
 			}
 		}
 	}
-	scheme.AddKnownTypes(gv, &AppRoute{}, &AppRouteList{})
+	scheme.AddKnownTypes(gv, &AppRoute{}, &AppRouteList{}, &FederatedScale{}, &FederatedScaleList{})
 	metav1.AddToGroupVersion(scheme, gv)
 	return nil
 }
