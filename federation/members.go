@@ -182,7 +182,7 @@ func appOf(so *unstructured.Unstructured) string {
 // service proxy, for the app's requests in flight and held; nil when it
 // cannot say.
 func (m *member) requests(ctx context.Context, namespace, app string) *int64 {
-	body, err := m.kube.CoreV1().Services(m.scaler.namespace).ProxyGet("http", m.scaler.name, m.scaler.port, "apps/"+namespace+"/"+app, nil).DoRaw(ctx)
+	body, err := m.kube.CoreV1().Services(m.scaler.namespace).ProxyGet("", m.scaler.name, m.scaler.port, "apps/"+namespace+"/"+app, nil).DoRaw(ctx)
 	var zero int64
 	if se := (*apierrors.StatusError)(nil); errors.As(err, &se) && se.ErrStatus.Code == 404 {
 		return &zero // the scaler has nothing for the app

@@ -43,6 +43,13 @@ type Options struct {
 	// MachineLocked says the machine lock is held already (LockMachine),
 	// by the caller or the parent process that started it.
 	MachineLocked bool
+	// Index numbers the cluster among several on this machine (0 to
+	// MaxClusters-1); Several says there are several (StartSeveral sets
+	// both). Cluster 0 alone has the whole address plan (network.go);
+	// with several, each has a sub-range, and every cluster but 0 runs in
+	// a network namespace of its own (plan.go).
+	Index   int
+	Several bool
 }
 
 // Cluster is a running local cluster. Build it with Start; Stop it always.
@@ -60,6 +67,12 @@ type Cluster struct {
 	CAPEM []byte
 	// KEDACertDir holds ca.crt, tls.crt and tls.key signed by the cluster CA.
 	KEDACertDir string
+	// NodeIP is the node's address: its bridge's, the API server's and
+	// CoreDNS's; PodCIDR and ServiceCIDR are the cluster's ranges.
+	NodeIP, PodCIDR, ServiceCIDR string
+	// Netns is the network namespace the cluster's programs run in ("":
+	// the host's).
+	Netns string
 
 	ca       *authority
 	logf     func(string, ...any)
@@ -68,8 +81,12 @@ type Cluster struct {
 	lock     *MachineLock
 	started  time.Time
 	stopped  bool
+	several  bool
 
-	etcdURL            string
+	plan     plan
+	etcdURL  string
+	etcdData string
+
 	kedaMetricsService string
 	// resolvConf makes the programs that run on the node outside any pod
 	// resolve Service names through the cluster DNS (startWithClusterDNS).
@@ -121,19 +138,30 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c := &Cluster{BinDir: binDir, logf: logf, procs: map[string]*process{}, lock: lock, started: time.Now()}
+	if opts.Index < 0 || opts.Index >= MaxClusters || (opts.Index > 0 && !opts.Several) {
+		return nil, fmt.Errorf("cluster index %d: want 0 to %d, and above 0 only with Several", opts.Index, MaxClusters-1)
+	}
+	p := planFor(opts.Index, opts.Several)
+	c := &Cluster{BinDir: binDir, logf: logf, procs: map[string]*process{}, lock: lock, started: time.Now(), plan: p,
+		NodeIP: p.bridgeIP, PodCIDR: p.podCIDR, ServiceCIDR: p.serviceCIDR, Netns: p.netns, several: opts.Several}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, c.logTails())
 			c.Stop()
 		}
 	}()
-	// What a killed run left behind goes first.
-	if err := RemoveLeftovers(); err != nil {
-		return c, err
-	}
-	if err := saveSysctls(); err != nil {
-		return c, err
+	// What a killed run left behind goes first: every cluster's, unless
+	// this cluster starts beside cluster 0.
+	if p.index == 0 {
+		if err := RemoveLeftovers(); err != nil {
+			return c, err
+		}
+		if err := saveSysctls(); err != nil {
+			return c, err
+		}
+	} else {
+		removeNodeLeftovers(p)
+		removeNetwork(p)
 	}
 
 	c.Dir = opts.Dir
@@ -147,10 +175,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return c, fmt.Errorf("cluster dir: %w", err)
 		}
 	}
-	if err := setupHostNetwork(); err != nil {
+	if err := setupNetwork(p); err != nil {
 		return c, err
 	}
-	if c.registry, err = startRegistry(ctx, filepath.Join(binDir, "images")); err != nil {
+	registryIP := "127.0.0.1"
+	if p.hostIP != "" {
+		registryIP = p.hostIP // where the namespace's containerd reaches the host
+	}
+	if c.registry, err = startRegistry(ctx, filepath.Join(binDir, "images"), registryIP); err != nil {
 		return c, err
 	}
 	logf("registry %s", c.registry)
@@ -222,7 +254,7 @@ func (c *Cluster) writePKI() (pkiPaths, error) {
 		return p, fmt.Errorf("write CA: %w", err)
 	}
 	server, err := ca.issue("kube-apiserver", nil, []string{
-		BridgeIP, KubernetesServiceIP, "127.0.0.1", "localhost",
+		c.plan.bridgeIP, c.plan.kubernetesServiceIP, "127.0.0.1", "localhost",
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
 	}, x509.ExtKeyUsageServerAuth)
 	if err != nil {
@@ -252,7 +284,7 @@ func (c *Cluster) writePKI() (pkiPaths, error) {
 	if err != nil {
 		return p, err
 	}
-	host := "https://" + net.JoinHostPort(BridgeIP, strconv.Itoa(APIServerPort))
+	host := "https://" + net.JoinHostPort(c.plan.bridgeIP, strconv.Itoa(APIServerPort))
 	c.RestConfig = &rest.Config{
 		Host: host, QPS: 200, Burst: 400,
 		TLSClientConfig: rest.TLSClientConfig{CAData: ca.certPEM, CertData: admin.certPEM, KeyData: admin.keyPEM},
@@ -292,6 +324,13 @@ func freePorts(n int) ([]int, error) {
 }
 
 func (c *Cluster) start(name string, env []string, path string, args ...string) (*process, error) {
+	if c.plan.netns != "" {
+		// nsenter execs the program in the cluster's network namespace
+		// and nothing else: the mount namespace stays the host's, which
+		// the kubelet and containerd share.
+		args = append([]string{"--net=/run/netns/" + c.plan.netns, "--", path}, args...)
+		path = "nsenter"
+	}
 	p, err := startProcess(filepath.Join(c.Dir, "logs"), name, env, path, args...)
 	if err != nil {
 		return nil, err
@@ -325,14 +364,16 @@ func (c *Cluster) startEtcd(ctx context.Context, etcd string) error {
 	if err != nil {
 		data = filepath.Join(c.Dir, "etcd")
 	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	c.etcdData = data
+	local := c.plan.localIP
+	client := fmt.Sprintf("http://%s:%d", local, ports[0])
 	c.etcdURL = client
 	p, err := c.start("etcd", []string{"ETCD_UNSUPPORTED_ARCH="}, etcd,
 		"--data-dir", data, "--name", "ebb",
 		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		"--initial-cluster", fmt.Sprintf("ebb=http://127.0.0.1:%d", ports[1]),
+		"--listen-peer-urls", fmt.Sprintf("http://%s:%d", local, ports[1]),
+		"--initial-advertise-peer-urls", fmt.Sprintf("http://%s:%d", local, ports[1]),
+		"--initial-cluster", fmt.Sprintf("ebb=http://%s:%d", local, ports[1]),
 		"--log-level", "warn",
 	)
 	if err != nil {
@@ -344,10 +385,10 @@ func (c *Cluster) startEtcd(ctx context.Context, etcd string) error {
 func (c *Cluster) startAPIServer(ctx context.Context, bin string, pki pkiPaths) error {
 	p, err := c.start("kube-apiserver", nil, bin,
 		"--etcd-servers", c.etcdURL,
-		"--bind-address", BridgeIP, "--advertise-address", BridgeIP, "--secure-port", strconv.Itoa(APIServerPort),
+		"--bind-address", c.plan.bridgeIP, "--advertise-address", c.plan.bridgeIP, "--secure-port", strconv.Itoa(APIServerPort),
 		"--tls-cert-file", pki.serverCert, "--tls-private-key-file", pki.serverKey,
 		"--client-ca-file", pki.ca,
-		"--service-cluster-ip-range", ServiceCIDR,
+		"--service-cluster-ip-range", c.plan.serviceCIDR,
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", pki.saPub, "--service-account-signing-key-file", pki.saKey,
 		"--authorization-mode", "Node,RBAC",
@@ -380,7 +421,7 @@ func (c *Cluster) startControllerManager(bin string, pki pkiPaths) error {
 		"--controllers", "*,-serviceaccount-token",
 		"--leader-elect=false", "--secure-port=0",
 		"--use-service-account-credentials=false",
-		"--cluster-cidr", PodCIDR, "--service-cluster-ip-range", ServiceCIDR,
+		"--cluster-cidr", c.plan.podCIDR, "--service-cluster-ip-range", c.plan.serviceCIDR,
 		"--root-ca-file", pki.ca,
 		"--service-account-private-key-file", pki.saKey,
 		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
@@ -399,16 +440,16 @@ func (c *Cluster) startKubeProxy(bin string) (health string, err error) {
 	if err != nil {
 		return "", err
 	}
-	health = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	health = net.JoinHostPort(c.plan.localIP, strconv.Itoa(ports[1]))
 	_, err = c.start("kube-proxy", nil, bin,
 		"--kubeconfig", c.Kubeconfig,
 		"--proxy-mode", "nftables",
 		"--hostname-override", NodeName,
-		"--cluster-cidr", PodCIDR,
-		"--nodeport-addresses", BridgeIP+"/32",
+		"--cluster-cidr", c.plan.podCIDR,
+		"--nodeport-addresses", c.plan.bridgeIP+"/32",
 		"--masquerade-all",
 		"--conntrack-max-per-core=0",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--metrics-bind-address", net.JoinHostPort(c.plan.localIP, strconv.Itoa(ports[0])),
 		"--healthz-bind-address", health,
 		"--v=1",
 	)
@@ -505,14 +546,31 @@ func (c *Cluster) Stop() {
 			p.stop(5 * time.Second)
 		}
 	}
-	killContainers()
+	killContainers(c.plan)
 	for _, name := range []string{"containerd", "coredns", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		if p := c.procs[name]; p != nil {
 			p.stop(5 * time.Second)
 		}
 	}
-	if err := RemoveLeftovers(); err != nil {
-		c.logf("stop: %v", err)
+	if c.plan.index == 0 && !c.several {
+		if err := RemoveLeftovers(); err != nil {
+			c.logf("stop: %v", err)
+		}
+	} else {
+		// Only this cluster's: another may still run beside it.
+		removeNodeLeftovers(c.plan)
+		removeNetwork(c.plan)
+		if c.etcdData != "" {
+			_ = os.RemoveAll(c.etcdData)
+		}
+		if c.plan.index == 0 {
+			if err := restoreSysctls(); err != nil {
+				c.logf("stop: %v", err)
+			}
+		}
+		if left := nodeLeftovers(c.plan); len(left) > 0 {
+			c.logf("stop: cluster %d left %s", c.plan.index, strings.Join(left, "; "))
+		}
 	}
 	if c.registry != nil {
 		c.registry.stop()

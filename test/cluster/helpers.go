@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -89,4 +90,28 @@ func (c *Cluster) WaitReplicas(ctx context.Context, ns, name string, want int32,
 		return fmt.Errorf("deployment %s/%s did not reach replicas=%d within %s: %w", ns, name, want, timeout, err)
 	}
 	return nil
+}
+
+// StopAPIServer stops the cluster's API server: what runs in the cluster
+// keeps running, and nothing reaches it through the API until
+// StartAPIServer.
+func (c *Cluster) StopAPIServer() {
+	c.procs["kube-apiserver"].stop(5 * time.Second)
+}
+
+// StartAPIServer starts the API server again with the arguments it first
+// had (its log: kube-apiserver-again.log) and waits until it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	old := c.procs["kube-apiserver"]
+	if done, _ := old.exited(); !done {
+		return errors.New("the API server runs")
+	}
+	p, err := startProcess(filepath.Join(c.Dir, "logs"), "kube-apiserver-again", nil, old.cmd.Path, old.cmd.Args[1:]...)
+	if err != nil {
+		return err
+	}
+	c.procs["kube-apiserver"] = p
+	return c.poll(ctx, p, 60*time.Second, "kube-apiserver /readyz", func() error {
+		return c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+	})
 }

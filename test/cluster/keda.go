@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,7 +57,7 @@ func (c *Cluster) startKEDA(ctx context.Context, bin string) (string, error) {
 	pair, err := c.ca.issue("keda", nil, []string{
 		"keda-operator", "keda-operator.keda.svc", "keda-operator.keda.svc.cluster.local",
 		"keda-metrics-apiserver", "keda-metrics-apiserver.keda.svc", "keda-metrics-apiserver.keda.svc.cluster.local",
-		"localhost", "127.0.0.1", BridgeIP,
+		"localhost", "127.0.0.1", c.plan.bridgeIP,
 	}, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return "", err
@@ -71,13 +72,13 @@ func (c *Cluster) startKEDA(ctx context.Context, bin string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	health := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	c.kedaMetricsService = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	health := net.JoinHostPort(c.plan.localIP, strconv.Itoa(ports[1]))
+	c.kedaMetricsService = net.JoinHostPort(c.plan.localIP, strconv.Itoa(ports[2]))
 	_, err = c.startWithClusterDNS("keda-operator", []string{
 		"KUBECONFIG=" + c.Kubeconfig, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=" + KEDANamespace,
 		"POD_NAMESPACE=" + KEDANamespace, "POD_NAME=keda-operator-local",
 	}, bin,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--metrics-bind-address", net.JoinHostPort(c.plan.localIP, strconv.Itoa(ports[0])),
 		"--health-probe-bind-address", health,
 		"--metrics-service-bind-address", c.kedaMetricsService,
 		"--cert-dir", c.KEDACertDir,
@@ -170,7 +171,7 @@ func (c *Cluster) startKEDAAdapter(ctx context.Context, bin string) error {
 	// endpoint; the port is free on loopback and, the bridge being ours, there.
 	secure := ports[0]
 	_, err = c.startWithClusterDNS("keda-adapter", []string{"KUBECONFIG=" + c.Kubeconfig, "WATCH_NAMESPACE=", "KEDA_CLUSTER_OBJECT_NAMESPACE=" + KEDANamespace, "POD_NAMESPACE=" + KEDANamespace}, bin,
-		"--secure-port", strconv.Itoa(secure), "--bind-address", BridgeIP,
+		"--secure-port", strconv.Itoa(secure), "--bind-address", c.plan.bridgeIP,
 		"--cert-dir", c.KEDACertDir,
 		"--tls-cert-file", filepath.Join(c.KEDACertDir, "tls.crt"), "--tls-private-key-file", filepath.Join(c.KEDACertDir, "tls.key"),
 		"--client-ca-file", filepath.Join(c.KEDACertDir, "ca.crt"),
@@ -195,7 +196,7 @@ func (c *Cluster) startKEDAAdapter(ctx context.Context, bin string) error {
 			discoveryv1.LabelServiceName: svcName, discoveryv1.LabelManagedBy: "ebb-local-cluster",
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{BridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{c.plan.bridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(secure)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	if _, err := c.Client.DiscoveryV1().EndpointSlices(KEDANamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {

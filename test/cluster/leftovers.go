@@ -17,14 +17,16 @@ import (
 )
 
 // RemoveLeftovers removes what any local cluster on this machine left
-// behind, when it stopped or was killed: the node's (removeNodeLeftovers),
-// the host network's (removeHostNetwork), etcd's data in memory, and the
-// kernel settings it changed. It returns an error naming what it could not
-// remove. Start calls it first and Stop last; call it only while holding
-// the machine lock.
+// behind, when it stopped or was killed: every cluster's node
+// (removeNodeLeftovers) and network (removeNetwork), etcd's data in memory,
+// and the kernel settings the clusters changed. It returns an error naming
+// what it could not remove. Start calls it first (cluster 0 only: another
+// runs beside it); call it only while holding the machine lock.
 func RemoveLeftovers() error {
-	removeNodeLeftovers()
-	removeHostNetwork()
+	for _, p := range allPlans() {
+		removeNodeLeftovers(p)
+		removeNetwork(p)
+	}
 	etcd, _ := filepath.Glob(etcdDataGlob)
 	for _, d := range etcd {
 		_ = os.RemoveAll(d)
@@ -40,25 +42,25 @@ func RemoveLeftovers() error {
 // etcd.
 const etcdDataGlob = "/dev/shm/ebb-etcd-*"
 
-// Leftovers describes what a local cluster left on this machine: container
+// Leftovers describes what local clusters left on this machine: container
 // processes, shims, mounts, state directories, cgroups, etcd's data, the
-// bridge, kube-proxy's tables and the saved kernel settings not yet
-// restored. It is empty when nothing is left.
+// bridge, network namespaces and veths, kube-proxy's tables and the saved
+// kernel settings not yet restored. It is empty when nothing is left.
 func Leftovers() []string {
 	var left []string
-	if n := len(cgroupProcesses()); n > 0 {
-		left = append(left, fmt.Sprintf("%d processes in cgroup %s", n, cgroupRoot))
-	}
-	if n := len(shims()); n > 0 {
-		left = append(left, fmt.Sprintf("%d containerd shims", n))
-	}
-	for _, m := range mountPoints() {
-		if under(m, containerdRoot, containerdState, kubeletRoot) {
-			left = append(left, "mount "+m)
+	for _, p := range allPlans() {
+		left = append(left, nodeLeftovers(p)...)
+		if p.netns != "" {
+			if _, err := os.Stat("/run/netns/" + p.netns); err == nil {
+				left = append(left, "network namespace "+p.netns)
+			}
+			if _, err := os.Stat("/sys/class/net/" + p.hostLink); err == nil {
+				left = append(left, "link "+p.hostLink)
+			}
 		}
 	}
 	etcd, _ := filepath.Glob(etcdDataGlob)
-	for _, d := range append(append([]string{containerdState, kubeletRoot, cniState, containerdRoot, sysctlSavePath}, cgroupDirs()...), etcd...) {
+	for _, d := range append([]string{sysctlSavePath}, etcd...) {
 		if _, err := os.Stat(d); err == nil {
 			left = append(left, d)
 		}
@@ -74,6 +76,29 @@ func Leftovers() []string {
 	return left
 }
 
+// nodeLeftovers is what one cluster's node left: processes in its cgroups,
+// its containerd's shims, mounts and directories under its state paths.
+func nodeLeftovers(p plan) []string {
+	var left []string
+	if n := len(cgroupProcesses(p)); n > 0 {
+		left = append(left, fmt.Sprintf("%d processes in cgroup %s", n, p.cgroupRoot))
+	}
+	if n := len(shims(p)); n > 0 {
+		left = append(left, fmt.Sprintf("%d containerd shims of %s", n, p.containerdSock()))
+	}
+	for _, m := range mountPoints() {
+		if under(m, p.containerdRoot, p.containerdState, p.kubeletRoot) {
+			left = append(left, "mount "+m)
+		}
+	}
+	for _, d := range append([]string{p.containerdState, p.kubeletRoot, p.cniState, p.containerdRoot}, cgroupDirs(p)...) {
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, d)
+		}
+	}
+	return left
+}
+
 // removeNodeLeftovers undoes what the node's programs leave behind when
 // they stop or are killed: every container process (found by its cgroup
 // under cgroupRoot), containerd's shims, the mounts under the node's state
@@ -82,12 +107,12 @@ func Leftovers() []string {
 // under it is left alone (RemoveAll would delete through the mount). It
 // touches nothing outside the paths this package owns and is safe to call
 // when nothing is left.
-func removeNodeLeftovers() {
-	killContainers()
-	killShims()
-	unmountUnder(containerdRoot, containerdState, kubeletRoot)
+func removeNodeLeftovers(p plan) {
+	killContainers(p)
+	killShims(p)
+	unmountUnder(p.containerdRoot, p.containerdState, p.kubeletRoot)
 	mounts := mountPoints()
-	for _, d := range []string{containerdState, kubeletRoot, cniState, containerdRoot} {
+	for _, d := range []string{p.containerdState, p.kubeletRoot, p.cniState, p.containerdRoot} {
 		if !slices.ContainsFunc(mounts, func(m string) bool { return under(m, d) }) {
 			_ = os.RemoveAll(d)
 		}
@@ -95,19 +120,19 @@ func removeNodeLeftovers() {
 	// A cgroup goes once its last process has exited, which can take a
 	// moment after SIGKILL.
 	for range 20 {
-		if removeCgroups(); len(cgroupDirs()) == 0 {
+		if removeCgroups(p); len(cgroupDirs(p)) == 0 {
 			return
 		}
-		killCgroupProcesses()
+		killCgroupProcesses(p)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // killContainers SIGKILLs the processes in cgroups under cgroupRoot until
 // none is left, for at most 5 s.
-func killContainers() {
+func killContainers(p plan) {
 	for range 50 {
-		if killCgroupProcesses() == 0 {
+		if killCgroupProcesses(p) == 0 {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -127,10 +152,10 @@ func cgroupHierarchies() []string {
 }
 
 // cgroupDirs are cgroupRoot in every hierarchy that has it.
-func cgroupDirs() []string {
+func cgroupDirs(p plan) []string {
 	var dirs []string
 	for _, h := range cgroupHierarchies() {
-		d := filepath.Join(h, cgroupRoot)
+		d := filepath.Join(h, p.cgroupRoot)
 		if st, err := os.Stat(d); err == nil && st.IsDir() {
 			dirs = append(dirs, d)
 		}
@@ -141,9 +166,9 @@ func cgroupDirs() []string {
 // makeCgroupRoot creates cgroupRoot in every hierarchy, which the kubelet
 // requires before it starts; a v1 cpuset gets its parent's CPUs and memory
 // nodes, without which no process could join it.
-func makeCgroupRoot() error {
+func makeCgroupRoot(p plan) error {
 	for _, h := range cgroupHierarchies() {
-		d := filepath.Join(h, cgroupRoot)
+		d := filepath.Join(h, p.cgroupRoot)
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("cgroup %s: %w", d, err)
 		}
@@ -159,9 +184,9 @@ func makeCgroupRoot() error {
 }
 
 // cgroupProcesses are the processes in a cgroup under cgroupRoot.
-func cgroupProcesses() []int {
+func cgroupProcesses(p plan) []int {
 	var pids []int
-	for _, root := range cgroupDirs() {
+	for _, root := range cgroupDirs(p) {
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
 				return nil
@@ -180,8 +205,8 @@ func cgroupProcesses() []int {
 
 // killCgroupProcesses SIGKILLs every process in a cgroup under cgroupRoot
 // and returns how many it found.
-func killCgroupProcesses() int {
-	pids := cgroupProcesses()
+func killCgroupProcesses(p plan) int {
+	pids := cgroupProcesses(p)
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -190,12 +215,12 @@ func killCgroupProcesses() int {
 
 // shims are the runc shims started by this package's containerd (they
 // name its socket on their command line).
-func shims() []int {
+func shims(pl plan) []int {
 	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) || !bytes.Contains(b, []byte(containerdSock)) {
+		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) || !bytes.Contains(b, []byte(pl.containerdSock())) {
 			continue
 		}
 		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
@@ -206,8 +231,8 @@ func shims() []int {
 }
 
 // killShims SIGKILLs the shims.
-func killShims() {
-	for _, pid := range shims() {
+func killShims(p plan) {
+	for _, pid := range shims(p) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
@@ -272,8 +297,8 @@ func under(path string, dirs ...string) bool {
 }
 
 // removeCgroups removes the cgroups under cgroupRoot, children first.
-func removeCgroups() {
-	for _, root := range cgroupDirs() {
+func removeCgroups(p plan) {
+	for _, root := range cgroupDirs(p) {
 		var dirs []string
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

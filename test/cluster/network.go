@@ -28,37 +28,70 @@ var kubeProxyTables = [][2]string{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}
 
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 
-// setupHostNetwork makes the pod bridge and routes the Service range to it
-// before anything starts, so a request to a ClusterIP that kube-proxy has not
-// programmed yet stays on this machine, and turns on ip_forward (saved
-// first by saveSysctls). removeHostNetwork undoes it.
-func setupHostNetwork() error {
-	steps := [][]string{
-		{"ip", "link", "add", BridgeName, "type", "bridge"},
-		{"ip", "addr", "add", BridgeIP + "/16", "dev", BridgeName},
-		{"ip", "link", "set", BridgeName, "up"},
-		{"ip", "route", "add", ServiceCIDR, "dev", BridgeName},
+// setupNetwork makes the cluster's pod bridge and routes its Service range
+// to it before anything starts, so a request to a ClusterIP that
+// kube-proxy has not programmed yet stays on this machine, and turns on
+// ip_forward (the host's saved first by saveSysctls). Cluster 0's bridge is
+// the host's; another cluster's is in its network namespace, which a veth
+// pair joins to the host, with the host routing the cluster's ranges to it
+// and the namespace routing everything else to the host.
+// removeNetwork undoes it.
+func setupNetwork(p plan) error {
+	var steps [][]string
+	in := func(args ...string) []string { return append([]string{"ip", "-n", p.netns}, args...) }
+	if p.netns == "" {
+		steps = [][]string{
+			{"ip", "link", "add", BridgeName, "type", "bridge"},
+			{"ip", "addr", "add", fmt.Sprintf("%s/%d", p.bridgeIP, p.bridgePrefix()), "dev", BridgeName},
+			{"ip", "link", "set", BridgeName, "up"},
+			{"ip", "route", "add", p.serviceCIDR, "dev", BridgeName},
+		}
+	} else {
+		steps = [][]string{
+			{"ip", "netns", "add", p.netns},
+			{"ip", "link", "add", p.hostLink, "type", "veth", "peer", "name", "eth0", "netns", p.netns},
+			{"ip", "addr", "add", p.hostIP + "/30", "dev", p.hostLink},
+			{"ip", "link", "set", p.hostLink, "up"},
+			in("link", "set", "lo", "up"),
+			in("addr", "add", p.nodeLinkIP+"/30", "dev", "eth0"),
+			in("link", "set", "eth0", "up"),
+			in("link", "add", BridgeName, "type", "bridge"),
+			in("addr", "add", fmt.Sprintf("%s/%d", p.bridgeIP, p.bridgePrefix()), "dev", BridgeName),
+			in("link", "set", BridgeName, "up"),
+			in("route", "add", p.serviceCIDR, "dev", BridgeName),
+			in("route", "add", "default", "via", p.hostIP),
+			{"ip", "route", "add", p.podCIDR, "via", p.nodeLinkIP},
+			{"ip", "route", "add", p.serviceCIDR, "via", p.nodeLinkIP},
+			{"ip", "netns", "exec", p.netns, "sh", "-c", "echo 1 > " + ipForwardPath},
+		}
 	}
 	for _, s := range steps {
 		if err := run(s[0], s[1:]...); err != nil {
-			removeHostNetwork()
+			removeNetwork(p)
 			return err
 		}
 	}
 	if err := os.WriteFile(ipForwardPath, []byte("1\n"), 0o644); err != nil {
-		removeHostNetwork()
+		removeNetwork(p)
 		return fmt.Errorf("enable ip_forward: %w", err)
 	}
 	return nil
 }
 
-// removeHostNetwork deletes what any run of this package may have left: the
-// bridge and kube-proxy's nftables tables. It ignores what is already gone.
-func removeHostNetwork() {
-	_ = run("ip", "link", "del", BridgeName)
-	for _, t := range kubeProxyTables {
-		_ = run("nft", "delete", "table", t[0], t[1])
+// removeNetwork deletes what setupNetwork and the cluster's kube-proxy
+// made: the host's bridge and kube-proxy's tables for cluster 0, the
+// namespace (with its bridge, tables and pods' links) and the veth pair
+// for another. It ignores what is already gone.
+func removeNetwork(p plan) {
+	if p.netns == "" {
+		_ = run("ip", "link", "del", BridgeName)
+		for _, t := range kubeProxyTables {
+			_ = run("nft", "delete", "table", t[0], t[1])
+		}
+		return
 	}
+	_ = run("ip", "link", "del", p.hostLink)
+	_ = run("ip", "netns", "del", p.netns)
 }
 
 // run executes a system command and returns its output in the error.
@@ -70,9 +103,9 @@ func run(name string, args ...string) error {
 	return nil
 }
 
-// MachineLock serialises local clusters on one machine: they share the
-// bridge, the address plan, kube-proxy's tables and the node's state
-// directories.
+// MachineLock serialises runs of local clusters on one machine: they share
+// the bridge, the address plan, kube-proxy's tables and the node's state
+// directories. A run of several clusters (StartSeveral) holds it once.
 type MachineLock struct{ f *os.File }
 
 const lockPath = "/run/ebb-local-cluster.lock"

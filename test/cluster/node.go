@@ -8,30 +8,24 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// Where the node's programs keep their state. They are fixed paths, not
-// under the cluster's directory, so that the clean-up of a killed run finds
-// them (leftovers.go); the machine lock makes them one cluster's at a time.
+// Where the node's programs keep their state is the cluster's plan: fixed
+// paths per cluster index, not under the cluster's directory, so that the
+// clean-up of a killed run finds them (leftovers.go); the machine lock
+// makes them one run's at a time.
 const (
-	containerdRoot  = "/var/lib/ebb-containerd"
-	containerdState = "/run/ebb-containerd"
-	containerdSock  = containerdState + "/containerd.sock"
-	kubeletRoot     = "/var/lib/ebb-kubelet"
-	cniState        = "/run/ebb-cni"
-	// cgroupRoot is the cgroup under which the kubelet puts every pod
-	// (<controller>/ebb/kubepods/...).
-	cgroupRoot = "/ebb"
 	// cniNetwork names the pod network: its bridge plugin attaches pods to
 	// BridgeName, host-local hands out PodCIDR.
 	cniNetwork = "ebb"
-	// DNSAddress is where CoreDNS answers: the node's bridge address, which
-	// every pod has as its nameserver (as NodeLocal DNSCache puts one on
-	// every node).
+	// DNSAddress is where cluster 0's CoreDNS answers: the node's bridge
+	// address, which every pod has as its nameserver (as NodeLocal
+	// DNSCache puts one on every node). Cluster.NodeIP is any cluster's.
 	DNSAddress = BridgeIP
 	// ClusterDomain is the DNS suffix of Services.
 	ClusterDomain = "cluster.local"
@@ -72,7 +66,7 @@ func (c *Cluster) startContainerd(ctx context.Context, bin, registry string) err
     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q, "gateway": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
   }]
 }
-`, cniNetwork, BridgeName, filepath.Join(cniState, "networks"), PodCIDR, BridgeIP)
+`, cniNetwork, BridgeName, filepath.Join(c.plan.cniState, "networks"), c.plan.podCIDR, c.plan.bridgeIP)
 	if err := os.WriteFile(filepath.Join(cni, "10-ebb.conflist"), []byte(conflist), 0o644); err != nil {
 		return fmt.Errorf("containerd config: %w", err)
 	}
@@ -111,8 +105,8 @@ oom_score = 0
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
       BinaryName = %q
       Root = %q
-`, containerdRoot, containerdState, containerdSock, containerdSock+".ttrpc", PauseImage, certs, cniBinDir, cni, runc,
-		filepath.Join(containerdState, "runc"))
+`, c.plan.containerdRoot, c.plan.containerdState, c.plan.containerdSock(), c.plan.containerdSock()+".ttrpc", PauseImage, certs, cniBinDir, cni, runc,
+		filepath.Join(c.plan.containerdState, "runc"))
 	path := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return fmt.Errorf("containerd config: %w", err)
@@ -124,7 +118,7 @@ oom_score = 0
 		return err
 	}
 	return c.poll(ctx, p, 20*time.Second, "containerd socket", func() error {
-		conn, err := net.Dial("unix", containerdSock)
+		conn, err := net.Dial("unix", c.plan.containerdSock())
 		if err == nil {
 			conn.Close()
 		}
@@ -155,12 +149,12 @@ func (c *Cluster) startKubelet(bin string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	health := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	health := net.JoinHostPort(c.plan.localIP, strconv.Itoa(ports[1]))
 	podLogs := filepath.Join(c.Dir, "logs", "pods")
 	// Pods with dnsPolicy Default get this file; ClusterFirst pods get the
 	// cluster's DNS and search path from clusterDNS and clusterDomain.
 	resolv := filepath.Join(dir, "resolv.conf")
-	if err := os.WriteFile(resolv, []byte("nameserver "+DNSAddress+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(resolv, []byte("nameserver "+c.plan.bridgeIP+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("kubelet resolv.conf: %w", err)
 	}
 	// What this machine needs: cgroups v1 (failCgroupV1: false) with the
@@ -178,7 +172,7 @@ containerRuntimeEndpoint: unix://%s
 address: %q
 port: %d
 readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
+healthzBindAddress: %q
 healthzPort: %d
 clusterDNS: [%q]
 clusterDomain: %q
@@ -198,19 +192,19 @@ authentication:
   x509: {clientCAFile: %q}
 authorization:
   mode: AlwaysAllow
-`, cgroupRoot, containerdSock, BridgeIP, ports[0], ports[1], DNSAddress, ClusterDomain, resolv, podLogs,
+`, c.plan.cgroupRoot, c.plan.containerdSock(), c.plan.bridgeIP, ports[0], c.plan.localIP, ports[1], c.plan.bridgeIP, ClusterDomain, resolv, podLogs,
 		filepath.Join(c.Dir, "pki", "ca.crt"))
 	path := filepath.Join(dir, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return "", fmt.Errorf("kubelet config: %w", err)
 	}
-	if err := makeCgroupRoot(); err != nil {
+	if err := makeCgroupRoot(c.plan); err != nil {
 		return "", err
 	}
 	_, err = c.start("kubelet", nil, bin,
 		"--config", path, "--kubeconfig", kubeconfig,
-		"--hostname-override", NodeName, "--node-ip", BridgeIP,
-		"--root-dir", kubeletRoot, "--cert-dir", filepath.Join(dir, "kubelet-pki"),
+		"--hostname-override", NodeName, "--node-ip", c.plan.bridgeIP,
+		"--root-dir", c.plan.kubeletRoot, "--cert-dir", filepath.Join(dir, "kubelet-pki"),
 		"--v=1",
 	)
 	return health, err
@@ -235,13 +229,13 @@ func (c *Cluster) startDNS(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
-	ready := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	ready := net.JoinHostPort(c.plan.localIP, strconv.Itoa(ports[1]))
 	// No forward plugin: names outside the cluster are not answered, so
 	// nothing a test resolves leaves the machine.
 	corefile := fmt.Sprintf(`.:53 {
     bind %s
     errors
-    health 127.0.0.1:%d
+    health %s:%d
     ready %s
     kubernetes %s in-addr.arpa ip6.arpa {
         kubeconfig %s ebb-local
@@ -250,14 +244,14 @@ func (c *Cluster) startDNS(ctx context.Context, bin string) error {
         ttl 0
     }
 }
-`, DNSAddress, ports[0], ready, ClusterDomain, c.Kubeconfig)
+`, c.plan.bridgeIP, c.plan.localIP, ports[0], ready, ClusterDomain, c.Kubeconfig)
 	dir := filepath.Join(c.Dir, "node")
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		return fmt.Errorf("corefile: %w", err)
 	}
 	c.resolvConf = filepath.Join(dir, "resolv-host.conf")
-	resolv := fmt.Sprintf("nameserver %s\nsearch svc.%s %s\noptions ndots:5\n", DNSAddress, ClusterDomain, ClusterDomain)
+	resolv := fmt.Sprintf("nameserver %s\nsearch svc.%s %s\noptions ndots:5\n", c.plan.bridgeIP, ClusterDomain, ClusterDomain)
 	if err := os.WriteFile(c.resolvConf, []byte(resolv), 0o644); err != nil {
 		return fmt.Errorf("resolv.conf for the node's programs: %w", err)
 	}

@@ -61,24 +61,28 @@ func PodPID(pod *corev1.Pod) (int, error) {
 	return pids[0], nil
 }
 
-// podPIDs finds a pod's processes by its cgroup under the kubelet's cgroup
-// root (<root>/kubepods[/<qos>]/pod<uid>/<container>), in the pids
+// podPIDs finds a pod's processes by its cgroup under any cluster's
+// kubelet cgroup root (<root>/kubepods[/<qos>]/pod<uid>/<container>), in the pids
 // hierarchy.
 func podPIDs(pod *corev1.Pod) ([]int, error) {
 	var pids []int
-	for _, qos := range []string{"", "burstable/", "besteffort/"} {
-		files, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/pids", cgroupRoot, "kubepods", qos+"pod"+string(pod.UID), "*", "cgroup.procs"))
-		for _, f := range files {
-			b, _ := os.ReadFile(f)
-			for _, field := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(field); err == nil {
-					pids = append(pids, pid)
-				}
+	var files []string
+	for _, pl := range allPlans() {
+		for _, qos := range []string{"", "burstable/", "besteffort/"} {
+			f, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/pids", pl.cgroupRoot, "kubepods", qos+"pod"+string(pod.UID), "*", "cgroup.procs"))
+			files = append(files, f...)
+		}
+	}
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, field := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(field); err == nil {
+				pids = append(pids, pid)
 			}
 		}
 	}
 	if len(pids) == 0 {
-		return nil, fmt.Errorf("no process of pod %s/%s (uid %s) under cgroup %s", pod.Namespace, pod.Name, pod.UID, cgroupRoot)
+		return nil, fmt.Errorf("no process of pod %s/%s (uid %s) under the kubelets' cgroup roots", pod.Namespace, pod.Name, pod.UID)
 	}
 	return pids, nil
 }

@@ -30,14 +30,15 @@ type imageRegistry struct {
 	images []string // the references served
 }
 
-// startRegistry serves a registry on a free loopback port and pushes every
+// startRegistry serves a registry on a free port of ip (loopback, or the
+// host's end of a cluster namespace's veth) and pushes every
 // image tarball in dir into it.
-func startRegistry(ctx context.Context, dir string) (*imageRegistry, error) {
+func startRegistry(ctx context.Context, dir, ip string) (*imageRegistry, error) {
 	tars, err := filepath.Glob(filepath.Join(dir, "*.tar"))
 	if err != nil || len(tars) == 0 {
 		return nil, fmt.Errorf("no images in %s: run `make images` first", dir)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}

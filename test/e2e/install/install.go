@@ -68,6 +68,7 @@ func values(o Options) []string {
 		"webhook.image.tag=" + ImageTag,
 		"activator.image.tag=" + ImageTag,
 		"scaler.image.tag=" + ImageTag,
+		"federation.image.tag=" + ImageTag,
 		"sidecar.image.tag=" + ImageTag,
 		"test.image.tag=" + ImageTag,
 		"test.appImage.tag=" + ImageTag,
