@@ -216,6 +216,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		ms[i] = m
 	}
 	d := Split(fs.Spec.MinReplicas, fs.Spec.MaxReplicas, ms, window)
+	if log.V(1).Enabled() {
+		for i, m := range ms {
+			p := results[i].p
+			log.V(1).Info("member read", "cluster", m.Name, "err", results[i].err, "reachable", m.Reachable,
+				"current", p.current, "desired", p.desired, "soMax", p.soMax, "limited", p.limited, "atMaxFor", m.AtMaxFor, "used", m.Used,
+				"share", d.Shares[i], "took", time.Since(now))
+		}
+	}
 
 	// Write: the members whose max comes down first, then the others, so
 	// the maxima in force never add up to more than the global max. A

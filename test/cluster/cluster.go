@@ -82,6 +82,7 @@ type Cluster struct {
 	started  time.Time
 	stopped  bool
 	several  bool
+	nextPort int // the next of freePorts' range in a network namespace
 
 	plan     plan
 	etcdURL  string
@@ -304,6 +305,23 @@ func (c *Cluster) writePKI() (pkiPaths, error) {
 	return p, nil
 }
 
+// freePorts are n ports for the cluster's programs to listen on. On the
+// host, ports free on loopback now (the kernel's ephemeral range); in a
+// cluster's own network namespace, the next ports of a range below the
+// ephemeral one, which nothing else there uses: a port picked as free on
+// the host could be some program's outgoing connection in the namespace.
+func (c *Cluster) freePorts(n int) ([]int, error) {
+	if c.plan.netns != "" {
+		ports := make([]int, n)
+		for i := range ports {
+			ports[i] = 20000 + 1000*c.plan.index + c.nextPort
+			c.nextPort++
+		}
+		return ports, nil
+	}
+	return freePorts(n)
+}
+
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener
@@ -355,7 +373,7 @@ func (c *Cluster) startWithClusterDNS(name string, env []string, path string, ar
 }
 
 func (c *Cluster) startEtcd(ctx context.Context, etcd string) error {
-	ports, err := freePorts(2)
+	ports, err := c.freePorts(2)
 	if err != nil {
 		return err
 	}
@@ -436,7 +454,7 @@ func (c *Cluster) startControllerManager(bin string, pki pkiPaths) error {
 // traffic is masqueraded to the node's address so that replies between pods
 // on the same bridge come back through the host's connection tracking.
 func (c *Cluster) startKubeProxy(bin string) (health string, err error) {
-	ports, err := freePorts(2)
+	ports, err := c.freePorts(2)
 	if err != nil {
 		return "", err
 	}

@@ -68,7 +68,7 @@ func (c *Cluster) startKEDA(ctx context.Context, bin string) (string, error) {
 	if err := os.WriteFile(filepath.Join(c.KEDACertDir, "ca.crt"), c.CAPEM, 0o600); err != nil {
 		return "", fmt.Errorf("keda certs: %w", err)
 	}
-	ports, err := freePorts(3)
+	ports, err := c.freePorts(3)
 	if err != nil {
 		return "", err
 	}
@@ -163,7 +163,7 @@ const KEDAMetricsAPIService = "v1beta1.external.metrics.k8s.io"
 // EndpointSlice pointing at the adapter, and the APIService (the API server
 // routes to the endpoint, --enable-aggregator-routing).
 func (c *Cluster) startKEDAAdapter(ctx context.Context, bin string) error {
-	ports, err := freePorts(2)
+	ports, err := c.freePorts(2)
 	if err != nil {
 		return err
 	}

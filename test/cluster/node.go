@@ -145,7 +145,7 @@ func (c *Cluster) startKubelet(bin string) (string, error) {
 	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
 		return "", fmt.Errorf("kubelet kubeconfig: %w", err)
 	}
-	ports, err := freePorts(2)
+	ports, err := c.freePorts(2)
 	if err != nil {
 		return "", err
 	}
@@ -225,7 +225,7 @@ func (c *Cluster) startScheduler(bin string) error {
 // plugin: the cluster DNS of every pod and of the programs that run on the
 // node (startWithClusterDNS).
 func (c *Cluster) startDNS(ctx context.Context, bin string) error {
-	ports, err := freePorts(2)
+	ports, err := c.freePorts(2)
 	if err != nil {
 		return err
 	}

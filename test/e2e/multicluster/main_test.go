@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 		// The hub reads members often so the figures are about ebb, not
 		// its polling.
 		if a.ebb, err = install.Install(ctx, a.c, install.Options{Logf: logf, Set: []string{
-			"federation.enabled=true", "federation.member.enabled=true", "federation.interval=1s"}}); err != nil {
+			"federation.enabled=true", "federation.member.enabled=true", "federation.interval=1s", "federation.extraArgs={--log-level=debug}"}}); err != nil {
 			return fmt.Errorf("install ebb in cluster a: %w", err)
 		}
 		if err := install.WaitDeploymentReady(ctx, a.c, a.ebb.Namespace, a.ebb.Fullname+"-federation", 3*time.Minute); err != nil {
