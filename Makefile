@@ -49,11 +49,12 @@ demo: tools build images ## Bring up a local cluster, deploy a sample app at zer
 
 .PHONY: test
 test: tools build images ## Every test: unit, integration against a real API server, end to end; then each fuzz target briefly (what CI runs).
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
-	@# The end-to-end suite alone: its timing bounds (crash → out of the
-	@# hand-off slice, cold starts) must not share the 2 cores with the
-	@# other packages' builds and API servers.
-	$(GO) test $(TEST_FLAGS) ./test/e2e/
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/e2e\(/multicluster\)\?$$')
+	@# The end-to-end suites alone, one after the other: their timing
+	@# bounds (crash → out of the hand-off slice, cold starts, headroom
+	@# moves) must not share the 2 cores with the other packages' builds
+	@# and API servers.
+	$(GO) test -p 1 $(TEST_FLAGS) ./test/e2e/ ./test/e2e/multicluster/
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: test-unit
@@ -62,11 +63,11 @@ test-unit: ## The unit tests (go test -short): no cluster, no tools, about a min
 
 .PHONY: test-integration
 test-integration: tools build images ## The tests against a real API server or local cluster, without the end-to-end suite.
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/e2e\(/multicluster\)\?$$')
 
 .PHONY: e2e
-e2e: tools build images ## The end-to-end suite: ebb installed from its chart on the local cluster (test/e2e).
-	$(GO) test $(TEST_FLAGS) ./test/e2e/
+e2e: tools build images ## The end-to-end suites: ebb installed from its chart on the local cluster (test/e2e), and on two clusters at once (test/e2e/multicluster).
+	$(GO) test -p 1 $(TEST_FLAGS) ./test/e2e/ ./test/e2e/multicluster/
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 5m); a failing input lands in the package's testdata/fuzz.

@@ -93,21 +93,21 @@ func (ms *members) get(secrets []corev1.Secret, label, annotation, name string) 
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[KubeconfigKey])
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s: key %q: %w", s.Name, KubeconfigKey, err)
+		return nil, fmt.Errorf("secret %s: key %q: %w", s.Name, KubeconfigKey, err)
 	}
 	cfg.Timeout = ms.timeout
 	cfg.QPS, cfg.Burst = 20, 40
 	cfg.UserAgent = FieldManager
 	m := &member{name: name, resourceVersion: s.ResourceVersion}
 	if m.dyn, err = dynamic.NewForConfig(cfg); err != nil {
-		return nil, fmt.Errorf("Secret %s: %w", s.Name, err)
+		return nil, fmt.Errorf("secret %s: %w", s.Name, err)
 	}
 	if m.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, fmt.Errorf("Secret %s: %w", s.Name, err)
+		return nil, fmt.Errorf("secret %s: %w", s.Name, err)
 	}
 	if a := s.Annotations[annotation]; a != "" {
 		if m.scaler, err = parseScalerService(a); err != nil {
-			return nil, fmt.Errorf("Secret %s: annotation %s: %w", s.Name, annotation, err)
+			return nil, fmt.Errorf("secret %s: annotation %s: %w", s.Name, annotation, err)
 		}
 	}
 	ms.byName[name] = m

@@ -20,7 +20,7 @@ func ExportedMetrics(t testing.TB) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	re := regexp.MustCompile(`"(ebb_[a-z_]+)"`)
-	for _, dir := range []string{"activator", "scaler", "sidecar", "webhook", "internal"} {
+	for _, dir := range []string{"activator", "scaler", "sidecar", "webhook", "federation", "internal"} {
 		err := filepath.WalkDir(filepath.Join(repo.MustRoot(t), dir), func(p string, e os.DirEntry, err error) error {
 			if err != nil || e.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return err

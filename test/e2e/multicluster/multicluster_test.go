@@ -306,4 +306,3 @@ func TestMultiClusterControllerDown(t *testing.T) {
 		t.Logf("cluster %s scaled to 3 on its own, %d requests served", m.name, ok)
 	}
 }
-

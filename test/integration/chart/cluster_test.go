@@ -179,7 +179,8 @@ func (a access) String() string {
 func TestRBAC(t *testing.T) {
 	c := lc
 	for _, selfSigned := range []bool{true, false} {
-		r := release{name: "rbac", namespace: "rbac-cm", sets: []string{"groupSuffix=rbac-cm.example.com", "activator.pools[0].name=gold"}}
+		r := release{name: "rbac", namespace: "rbac-cm", sets: []string{"groupSuffix=rbac-cm.example.com", "activator.pools[0].name=gold",
+			"federation.enabled=true", "federation.member.enabled=true"}}
 		if selfSigned {
 			r = release{name: "rbac", namespace: "rbac-self", sets: []string{"groupSuffix=rbac-self.example.com", "certManager.enabled=false"}}
 		}
@@ -321,14 +322,44 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"create", "coordination.k8s.io", "leases", "", ns, ""},
 	}
 
-	for _, tc := range []struct {
+	type component struct {
 		component       string
 		allowed, denied []access
-	}{
+	}
+	components := []component{
 		{"webhook", webhookAllowed, append(webhookDenied, noSecrets...)},
 		{"activator", activatorAllowed, append(activatorDenied, noSecrets...)},
 		{"scaler", scalerAllowed, append(scalerDenied, noSecrets...)},
-	} {
+	}
+	if !selfSigned { // the release with federation.enabled and federation.member.enabled
+		scalerProxy := fullname(r) + "-scaler:8080"
+		federationAllowed := append([]access{
+			{"get", group, "federatedscales", "", "shop", "hello"}, {"list", group, "federatedscales", "", "", ""},
+			{"watch", group, "federatedscales", "", "", ""}, {"update", group, "federatedscales", "status", "shop", "hello"},
+			{"list", "", "secrets", "", ns, ""}, {"watch", "", "secrets", "", ns, ""}, // the member clusters' kubeconfigs
+			{"create", "events.k8s.io", "events", "", "shop", ""},
+		}, lease("ebb-federation."+suffix)...)
+		federationDenied := []access{
+			{"update", group, "federatedscales", "", "shop", "hello"}, {"list", "routing.ebb.dev", "federatedscales", "", "", ""},
+			{"get", "", "secrets", "", "", ""}, {"list", "", "secrets", "", "", ""}, {"list", "", "secrets", "", "shop", ""},
+			{"create", "", "secrets", "", ns, ""}, {"update", "", "secrets", "", ns, "member-b"},
+			{"patch", "keda.sh", "scaledobjects", "", "shop", "hello"}, {"list", "", "pods", "", "", ""},
+			{"update", "coordination.k8s.io", "leases", "", ns, "activator." + suffix},
+		}
+		memberAllowed := []access{
+			{"get", "keda.sh", "scaledobjects", "", "shop", "hello"}, {"patch", "keda.sh", "scaledobjects", "", "shop", "hello"},
+			{"get", "autoscaling", "horizontalpodautoscalers", "", "shop", "keda-hpa-hello"},
+			{"get", "", "services", "proxy", ns, scalerProxy},
+		}
+		memberDenied := append([]access{
+			{"create", "keda.sh", "scaledobjects", "", "shop", ""}, {"delete", "keda.sh", "scaledobjects", "", "shop", "hello"},
+			{"list", "keda.sh", "scaledobjects", "", "", ""}, {"patch", "autoscaling", "horizontalpodautoscalers", "", "shop", "keda-hpa-hello"},
+			{"get", "", "services", "proxy", ns, fullname(r) + "-webhook:443"}, {"get", "", "services", "proxy", "shop", "hello:80"},
+			{"list", "", "pods", "", "", ""}, {"patch", "apps", "deployments", "", "shop", "hello"},
+		}, noSecrets...)
+		components = append(components, component{"federation", federationAllowed, federationDenied}, component{"federation-member", memberAllowed, memberDenied})
+	}
+	for _, tc := range components {
 		user := "system:serviceaccount:" + ns + ":" + fullname(r) + "-" + tc.component
 		// The authorizer's RBAC cache lags the writes a little.
 		first := tc.allowed[0]

@@ -216,7 +216,7 @@ func TestTwoReleasesShareNothing(t *testing.T) {
 	// Both with an activator pool of the same name: its objects, Lease and
 	// labels still differ.
 	extra := []string{"scaler.tls.enabled=true", "serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}",
-		"activator.pools[0].name=gold"}
+		"activator.pools[0].name=gold", "federation.enabled=true", "federation.member.enabled=true"}
 	for _, certManager := range []string{"true", "false"} {
 		a := release{name: "ebb", namespace: "ebb-system", sets: append([]string{"certManager.enabled=" + certManager}, extra...)}
 		b := release{name: "team1", namespace: "team1-ebb", sets: append([]string{"certManager.enabled=" + certManager, "groupSuffix=team1.example.com"}, extra...)}
@@ -406,66 +406,84 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 	}
 }
 
-// TestCRDMatchesConfig keeps the chart's CRD equal to the one controller-gen
-// generates into config/crd, up to its group and name. After `make
-// manifests`, refresh the chart's copy with `go test ./test/integration/chart -run CRD -update`.
+// TestCRDMatchesConfig keeps the chart's CRDs equal to the ones
+// controller-gen generates into config/crd, up to their group and name:
+// AppRoute in every release, FederatedScale with federation.enabled. After
+// `make manifests`, refresh the chart's copies with `go test
+// ./test/integration/chart -run CRD -update`.
 func TestCRDMatchesConfig(t *testing.T) {
-	generated := filepath.Join(repo.MustRoot(t), "config", "crd", "routing.ebb.dev_approutes.yaml")
-	copyPath := filepath.Join(chartDir(t), "files", "crds", "routing.ebb.dev_approutes.yaml")
-	want, err := os.ReadFile(generated)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *update {
-		if err := os.WriteFile(copyPath, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(copyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Fatalf("%s differs from config/crd (run go test ./test/integration/chart -run CRD -update) (-config +chart):\n%s", copyPath, diff)
-	}
-	var base map[string]any
-	if err := yaml.Unmarshal(want, &base); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []release{defaultRelease, team1Release} {
-		suffix := "ebb.dev"
-		for _, s := range r.sets {
-			if v, ok := strings.CutPrefix(s, "groupSuffix="); ok {
-				suffix = v
+	for _, crd := range []struct{ file, plural, short string }{
+		{"routing.ebb.dev_approutes.yaml", "approutes", "ar"},
+		{"routing.ebb.dev_federatedscales.yaml", "federatedscales", "fs"},
+	} {
+		t.Run(crd.plural, func(t *testing.T) {
+			generated := filepath.Join(repo.MustRoot(t), "config", "crd", crd.file)
+			copyPath := filepath.Join(chartDir(t), "files", "crds", crd.file)
+			want, err := os.ReadFile(generated)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		crds := ofKind(render(t, r), "CustomResourceDefinition")
-		if len(crds) != 1 {
-			t.Fatalf("%d CRDs rendered, want 1", len(crds))
-		}
-		rendered := crds[0].DeepCopy()
-		if labels := rendered.GetLabels(); labels["app.kubernetes.io/instance"] != r.name {
-			t.Errorf("CRD labels %v lack the release", labels)
-		}
-		rendered.SetLabels(nil)
-		wantCRD := (&unstructured.Unstructured{Object: base}).DeepCopy()
-		wantCRD.SetName("approutes.routing." + suffix)
-		if err := unstructured.SetNestedField(wantCRD.Object, "routing."+suffix, "spec", "group"); err != nil {
-			t.Fatal(err)
-		}
-		// What the chart changes on purpose: uninstall keeps it, and each
-		// instance answers to its own short name and category.
-		annotations := wantCRD.GetAnnotations()
-		annotations["helm.sh/resource-policy"] = "keep"
-		wantCRD.SetAnnotations(annotations)
-		if suffix != "ebb.dev" {
-			id := strings.ReplaceAll(suffix, ".", "-")
-			_ = unstructured.SetNestedStringSlice(wantCRD.Object, []string{"ar-" + id}, "spec", "names", "shortNames")
-			_ = unstructured.SetNestedStringSlice(wantCRD.Object, []string{"ebb-" + id}, "spec", "names", "categories")
-		}
-		if diff := cmp.Diff(wantCRD.Object, rendered.Object); diff != "" {
-			t.Errorf("suffix %s: CRD (-config, renamed +chart):\n%s", suffix, diff)
-		}
+			if *update {
+				if err := os.WriteFile(copyPath, want, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := os.ReadFile(copyPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Fatalf("%s differs from config/crd (run go test ./test/integration/chart -run CRD -update) (-config +chart):\n%s", copyPath, diff)
+			}
+			var base map[string]any
+			if err := yaml.Unmarshal(want, &base); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []release{defaultRelease, team1Release} {
+				suffix := "ebb.dev"
+				for _, s := range r.sets {
+					if v, ok := strings.CutPrefix(s, "groupSuffix="); ok {
+						suffix = v
+					}
+				}
+				r.sets = append(append([]string(nil), r.sets...), "federation.enabled=true")
+				var rendered *unstructured.Unstructured
+				crds := ofKind(render(t, r), "CustomResourceDefinition")
+				for _, c := range crds {
+					if c.GetName() == crd.plural+".routing."+suffix {
+						rendered = c.DeepCopy()
+					}
+				}
+				if len(crds) != 2 || rendered == nil {
+					t.Fatalf("%d CRDs rendered with federation.enabled, want 2 with %s.routing.%s", len(crds), crd.plural, suffix)
+				}
+				if labels := rendered.GetLabels(); labels["app.kubernetes.io/instance"] != r.name {
+					t.Errorf("CRD labels %v lack the release", labels)
+				}
+				rendered.SetLabels(nil)
+				wantCRD := (&unstructured.Unstructured{Object: base}).DeepCopy()
+				wantCRD.SetName(crd.plural + ".routing." + suffix)
+				if err := unstructured.SetNestedField(wantCRD.Object, "routing."+suffix, "spec", "group"); err != nil {
+					t.Fatal(err)
+				}
+				// What the chart changes on purpose: uninstall keeps it, and
+				// each instance answers to its own short name and category.
+				annotations := wantCRD.GetAnnotations()
+				annotations["helm.sh/resource-policy"] = "keep"
+				wantCRD.SetAnnotations(annotations)
+				if suffix != "ebb.dev" {
+					id := strings.ReplaceAll(suffix, ".", "-")
+					_ = unstructured.SetNestedStringSlice(wantCRD.Object, []string{crd.short + "-" + id}, "spec", "names", "shortNames")
+					_ = unstructured.SetNestedStringSlice(wantCRD.Object, []string{"ebb-" + id}, "spec", "names", "categories")
+				}
+				if diff := cmp.Diff(wantCRD.Object, rendered.Object); diff != "" {
+					t.Errorf("suffix %s: CRD (-config, renamed +chart):\n%s", suffix, diff)
+				}
+			}
+			if n := len(ofKind(render(t, defaultRelease), "CustomResourceDefinition")); n != 1 {
+				t.Errorf("%d CRDs rendered by default, want only AppRoute's", n)
+			}
+		})
 	}
 }
 
