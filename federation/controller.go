@@ -294,7 +294,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{RequeueAfter: r.interval}, fmt.Errorf("update FederatedScale status: %w", err)
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.interval}, errors.Join(writeErrs...)
+	if len(writeErrs) > 0 {
+		// In the condition, and tried again next interval: returned, the
+		// error would back the whole object off, reads included.
+		log.Error(errors.Join(writeErrs...), "bounds not written")
+	}
+	return ctrl.Result{RequeueAfter: r.interval}, nil
 }
 
 func findStatus(cs []routingv1alpha1.FederatedClusterStatus, name string) *routingv1alpha1.FederatedClusterStatus {

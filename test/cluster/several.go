@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,13 +66,8 @@ func StopSeveral(cs []*Cluster) {
 
 // MainSeveral is Main for a package whose tests run on n clusters.
 func MainSeveral(m *testing.M, n int, opts Options, ready func(context.Context, []*Cluster) error) int {
-	flag.Parse()
-	if testing.Short() {
-		fmt.Println("skipping the local-cluster tests in -short mode (make test-integration or make e2e runs them)")
+	if !mainRuns(&opts) {
 		return 0
-	}
-	if opts.Logf == nil {
-		opts.Logf = func(f string, a ...any) { fmt.Printf(f+"\n", a...) }
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

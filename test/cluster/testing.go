@@ -24,13 +24,8 @@ import (
 //		os.Exit(cluster.Main(m, cluster.Options{}, func(_ context.Context, c *cluster.Cluster) error { lc = c; return nil }))
 //	}
 func Main(m *testing.M, opts Options, ready func(context.Context, *Cluster) error) int {
-	flag.Parse()
-	if testing.Short() {
-		fmt.Println("skipping the local-cluster tests in -short mode (make test-integration or make e2e runs them)")
+	if !mainRuns(&opts) {
 		return 0
-	}
-	if opts.Logf == nil {
-		opts.Logf = func(f string, a ...any) { fmt.Printf(f+"\n", a...) }
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // includes waiting for other packages' clusters (test/e2e alone runs ~6 min)
 	defer cancel()
@@ -45,6 +40,20 @@ func Main(m *testing.M, opts Options, ready func(context.Context, *Cluster) erro
 		return 1
 	}
 	return m.Run()
+}
+
+// mainRuns parses the test flags and says whether a package's clusters
+// start (not under -short); it gives opts a Logf printing to stdout.
+func mainRuns(opts *Options) bool {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping the local-cluster tests in -short mode (make test-integration or make e2e runs them)")
+		return false
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(f string, a ...any) { fmt.Printf(f+"\n", a...) }
+	}
+	return true
 }
 
 // ScaledObjects is the resource of KEDA's ScaledObjects.
