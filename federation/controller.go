@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -50,7 +51,13 @@ type reconciler struct {
 // tracker is what the controller remembers of one FederatedScale's
 // members between reads (not in status: a new leader starts afresh, which
 // only delays a move by one stabilization window).
-type tracker struct{ members map[string]*observed }
+type tracker struct {
+	members map[string]*observed
+	// shares is what this leader last decided, by member: the status may
+	// lag it in the cache by a read, and deciding from a stale status
+	// would undo a move it just made.
+	shares map[string]Share
+}
 
 // observed is one member's history.
 type observed struct {
@@ -117,6 +124,9 @@ func (r *reconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("federatedscale").
 		For(&routingv1alpha1.FederatedScale{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A member that does not answer holds its object's reconcile for
+		// the read timeout; the others go on meanwhile.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
 
@@ -125,7 +135,7 @@ func (r *reconciler) tracker(key client.ObjectKey) *tracker {
 	defer r.mu.Unlock()
 	t := r.trackers[key]
 	if t == nil {
-		t = &tracker{members: map[string]*observed{}}
+		t = &tracker{members: map[string]*observed{}, shares: map[string]Share{}}
 		r.trackers[key] = t
 	}
 	return t
@@ -210,12 +220,18 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if c.MaxReplicas != nil {
 			m.Cap = *c.MaxReplicas
 		}
-		if st := findStatus(fs.Status.Clusters, c.Name); st != nil {
-			m.Min, m.Max, m.HasShare = st.MinReplicas, st.MaxReplicas, true
+		if sh, ok := t.shares[c.Name]; ok {
+			m.Min, m.Max, m.HasShare = sh.Min, sh.Max, true
+		} else if st := findStatus(fs.Status.Clusters, c.Name); st != nil {
+			m.Min, m.Max, m.HasShare = st.MinReplicas, st.MaxReplicas, true // a new leader starts from the status
 		}
 		ms[i] = m
 	}
 	d := Split(fs.Spec.MinReplicas, fs.Spec.MaxReplicas, ms, window)
+	clear(t.shares) // members no longer listed go
+	for _, sh := range d.Shares {
+		t.shares[sh.Name] = sh
+	}
 	if log.V(1).Enabled() {
 		for i, m := range ms {
 			p := results[i].p
