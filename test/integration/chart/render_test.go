@@ -506,6 +506,11 @@ func TestNotes(t *testing.T) {
 			"team1.example.com/app: <your-app>",
 			"scalerAddress: team1-ebb-scaler.team1-ebb:9191",
 		}},
+		{release{name: "hub", namespace: "ebb-system", sets: []string{"groupSuffix=team1.example.com", "federation.enabled=true", "federation.member.enabled=true"}}, []string{
+			"label secret member-<name> team1.example.com/member-cluster=<name>",
+			"kubectl get federatedscales.routing.team1.example.com -A",
+			"create token hub-ebb-federation-member",
+		}},
 	} {
 		notes := installNotes(t, tc.r)
 		for _, w := range tc.want {
