@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/test/cluster"
@@ -47,10 +46,7 @@ func deployBoth(t *testing.T, ns, name string, s install.Scaling) map[string]*in
 // clusters, with the given stabilization and unreachable windows.
 func createFederatedScale(t *testing.T, ns, name string, minR, maxR, stabilization, unreachable int64) {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(a.c.RestConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn := a.dyn
 	gvr := routingv1alpha1.FederatedScaleResourceIn(a.ebb.Names.Group())
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gvr.GroupVersion().String(), "kind": routingv1alpha1.FederatedScaleKind,
@@ -71,11 +67,7 @@ func createFederatedScale(t *testing.T, ns, name string, minR, maxR, stabilizati
 
 // federatedStatus is the FederatedScale's status on the hub.
 func federatedStatus(ctx context.Context, ns, name string) (map[string]any, error) {
-	dyn, err := dynamic.NewForConfig(a.c.RestConfig)
-	if err != nil {
-		return nil, err
-	}
-	o, err := dyn.Resource(routingv1alpha1.FederatedScaleResourceIn(a.ebb.Names.Group())).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	o, err := a.dyn.Resource(routingv1alpha1.FederatedScaleResourceIn(a.ebb.Names.Group())).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +80,7 @@ func federatedStatus(ctx context.Context, ns, name string) (map[string]any, erro
 type bounds struct{ min, max, generation int64 }
 
 func readBounds(ctx context.Context, m member, ns, name string) (bounds, error) {
-	dyn, err := dynamic.NewForConfig(m.c.RestConfig)
-	if err != nil {
-		return bounds{}, err
-	}
-	so, err := dyn.Resource(cluster.ScaledObjects).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	so, err := m.dyn.Resource(cluster.ScaledObjects).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return bounds{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -28,6 +29,7 @@ type member struct {
 	name string
 	c    *cluster.Cluster
 	ebb  *install.Release
+	dyn  dynamic.Interface
 }
 
 // a is the hub and a member; b is a member.
@@ -37,6 +39,11 @@ func TestMain(m *testing.M) {
 	os.Exit(cluster.MainSeveral(m, 2, cluster.Options{KEDAMetricsAdapter: true, Logf: logf}, func(ctx context.Context, cs []*cluster.Cluster) error {
 		a, b = member{name: "a", c: cs[0]}, member{name: "b", c: cs[1]}
 		var err error
+		for _, m := range []*member{&a, &b} {
+			if m.dyn, err = dynamic.NewForConfig(m.c.RestConfig); err != nil {
+				return err
+			}
+		}
 		// The hub reads members often so the figures are about ebb, not
 		// its polling.
 		if a.ebb, err = install.Install(ctx, a.c, install.Options{Logf: logf, Set: []string{

@@ -163,10 +163,13 @@ func TestMultiClusterHeadroomMovesToLoad(t *testing.T) {
 	if len(broken) > 0 {
 		t.Errorf("%d of %d observations above the global max 6: %v", len(broken), seen, broken)
 	}
-	bound := stabilization*time.Second + 3*interval
+	// The controller sees the member at its max up to a read after the
+	// test does, moves at the first read a full window later, and the
+	// write lands; a read's worth more for a loaded machine.
+	bound := stabilization*time.Second + 5*interval
 	for i, d := range took {
 		if d > bound {
-			t.Errorf("cycle %d: headroom moved %s after the member sat at its max; bound %s (stabilization %ds + 3 reads)", i, d.Round(time.Millisecond), bound, stabilization)
+			t.Errorf("cycle %d: headroom moved %s after the member sat at its max; bound %s (stabilization %ds + 5 reads)", i, d.Round(time.Millisecond), bound, stabilization)
 		}
 	}
 	t.Logf("FIGURE multicluster at-max→allowed-more: p50 %s p99 %s over %d moves (stabilization %ds, read every %s); global max held in %d of %d observations; %.1f min/max writes per minute under steady load",
