@@ -179,6 +179,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		err error
 	}
 	results := make([]result, len(fs.Spec.Clusters))
+	begin := time.Now()
 	var wg sync.WaitGroup
 	for i, c := range fs.Spec.Clusters {
 		wg.Add(1)
@@ -212,6 +213,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		m := Member{
 			Name: c.Name, Weight: max(c.Weight, 1),
 			Reachable: !o.lastOK.IsZero() && now.Sub(o.lastOK) < unreachable,
+			Unread:    results[i].err != nil,
 			Used:      o.used(), AtMaxFor: o.atMaxFor(now),
 		}
 		if c.MinReplicas != nil {
@@ -237,7 +239,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			p := results[i].p
 			log.V(1).Info("member read", "cluster", m.Name, "err", results[i].err, "reachable", m.Reachable,
 				"current", p.current, "desired", p.desired, "soMax", p.soMax, "limited", p.limited, "atMaxFor", m.AtMaxFor, "used", m.Used,
-				"share", d.Shares[i], "took", time.Since(now))
+				"share", d.Shares[i], "readIn", now.Sub(begin))
 		}
 	}
 
@@ -246,8 +248,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// member read this round is written; one not read keeps its bounds.
 	var writeErrs []error
 	written := map[string]bool{}
+	// A member not read keeps its max in force: if its share came down
+	// (the spec changed), nothing is raised until it is written.
+	pendingLower := false
+	for i, s := range d.Shares {
+		pendingLower = pendingLower || (results[i].err != nil && ms[i].HasShare && s.Max < ms[i].Max)
+	}
 	for _, lowering := range []bool{true, false} {
-		if !lowering && len(writeErrs) > 0 {
+		if !lowering && (len(writeErrs) > 0 || pendingLower) {
 			break // a max that should have come down did not: raise nothing
 		}
 		for i, s := range d.Shares {

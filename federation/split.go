@@ -19,6 +19,11 @@ type Member struct {
 	// last max, so that max stays counted against the global max, and the
 	// others carry its share of the global min.
 	Reachable bool
+	// Unread: this round's read failed (the member is still within its
+	// unreachable window). Its max cannot be written now, so it neither
+	// gives nor gets headroom: lowering it unwritten while raising
+	// another would exceed the global max.
+	Unread bool
 	// Min and Max are the member's share now; HasShare is false before the
 	// controller first gave it one.
 	Min, Max int32
@@ -113,7 +118,7 @@ func Split(globalMin, globalMax int32, members []Member, stabilization time.Dura
 	// Rebalance toward members at their max.
 	var receivers []int
 	for i, m := range ms {
-		if m.Reachable && m.AtMaxFor > 0 && m.AtMaxFor >= stabilization && (m.Cap == 0 || m.Max < m.Cap) {
+		if m.Reachable && !m.Unread && m.AtMaxFor > 0 && m.AtMaxFor >= stabilization && (m.Cap == 0 || m.Max < m.Cap) {
 			receivers = append(receivers, i)
 		}
 	}
@@ -160,7 +165,7 @@ func needsMaxSplit(globalMax int32, ms []Member) bool {
 // spare is what a reachable member not at its max may give: its max above
 // its min, what it used, and 1.
 func spare(m Member) int32 {
-	if !m.Reachable || m.AtMaxFor > 0 {
+	if !m.Reachable || m.Unread || m.AtMaxFor > 0 {
 		return 0
 	}
 	return max(0, m.Max-max(m.Min, m.Used, 1))

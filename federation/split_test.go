@@ -19,6 +19,7 @@ func TestSplit(t *testing.T) {
 	atMax := func(m Member, d time.Duration) Member { m.AtMaxFor, m.Used = d, m.Max; return m }
 	used := func(m Member, u int32) Member { m.Used = u; return m }
 	down := func(m Member) Member { m.Reachable = false; return m }
+	unread := func(m Member) Member { m.Unread = true; return m }
 	capped := func(m Member, c int32) Member { m.Cap = c; return m }
 	for _, tc := range []struct {
 		name     string
@@ -55,6 +56,10 @@ func TestSplit(t *testing.T) {
 			[]Member{share("a", 1, 3), down(share("b", 1, 3))}, []Share{{"a", 2, 3}, {"b", 1, 3}}, false},
 		{"back: min shared again", 2, 6,
 			[]Member{share("a", 2, 3), share("b", 1, 3)}, []Share{{"a", 1, 3}, {"b", 1, 3}}, false},
+		{"a member whose read failed this round gives no headroom", 0, 6,
+			[]Member{atMax(share("a", 0, 3), time.Minute), unread(share("b", 0, 3))}, []Share{{"a", 0, 3}, {"b", 0, 3}}, false},
+		{"a member whose read failed this round gets none", 0, 6,
+			[]Member{unread(atMax(share("a", 0, 3), time.Minute)), share("b", 0, 3)}, []Share{{"a", 0, 3}, {"b", 0, 3}}, false},
 		{"an unreachable member gives no headroom", 0, 6,
 			[]Member{atMax(share("a", 0, 3), time.Minute), down(share("b", 0, 3))}, []Share{{"a", 0, 3}, {"b", 0, 3}}, false},
 		{"a min above the max takes headroom from a member that does not use it", 4, 6,
