@@ -1,10 +1,14 @@
 package multicluster
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,4 +244,35 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	}
 	i := int(p/100*float64(len(s))+0.999999) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// federationMetric adds up the values of the ebb-federation pods' series
+// whose line starts with prefix (the metric's name and labels).
+func federationMetric(t *testing.T, prefix string) float64 {
+	t.Helper()
+	pods, err := a.c.Client.CoreV1().Pods(a.ebb.Namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=federation"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8080") + "/metrics")
+		if err != nil {
+			t.Logf("metrics of %s: %v", p.Name, err)
+			continue
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, prefix) {
+				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				total += v
+			}
+		}
+		resp.Body.Close()
+	}
+	return total
 }

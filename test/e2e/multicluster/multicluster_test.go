@@ -67,6 +67,8 @@ func TestMultiClusterHeadroomMovesToLoad(t *testing.T) {
 	for _, m := range []member{a, b} {
 		waitBounds(t, m, ns, name, 0, 3, 30*time.Second)
 	}
+	movesSeries := fmt.Sprintf(`ebb_federation_headroom_moves_total{name=%q,namespace=%q}`, name, ns)
+	movesBefore := federationMetric(t, movesSeries)
 	inv := watchGlobalMax(ctx, ns, name, 6)
 	var took []time.Duration
 	var writesPerMinute float64
@@ -159,6 +161,11 @@ func TestMultiClusterHeadroomMovesToLoad(t *testing.T) {
 			t.Errorf("cycle %d: %d of %d requests failed in %s (last: %v)", i, failed, ok+failed, m.name, last)
 		}
 	}
+	moves := federationMetric(t, movesSeries) - movesBefore
+	if moves < float64(len(took)) {
+		t.Errorf("%s grew by %v over %d moves", movesSeries, moves, len(took))
+	}
+	t.Logf("ebb-federation counted %v moves", moves)
 	seen, broken := inv.end()
 	if len(broken) > 0 {
 		t.Errorf("%d of %d observations above the global max 6: %v", len(broken), seen, broken)
