@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/ebb-dev/ebb/test/cluster"
@@ -188,12 +189,15 @@ func TestDeploymentServesThroughService(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	scale, err := lc.Client.AppsV1().Deployments(ns).GetScale(ctx, deploy.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 0
-	if _, err := lc.Client.AppsV1().Deployments(ns).UpdateScale(ctx, deploy.Name, scale, metav1.UpdateOptions{}); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := lc.Client.AppsV1().Deployments(ns).GetScale(ctx, deploy.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 0
+		_, err = lc.Client.AppsV1().Deployments(ns).UpdateScale(ctx, deploy.Name, scale, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.WaitFor(ctx, 30*time.Second, "pods gone after scaling to 0", func(context.Context) (bool, error) {

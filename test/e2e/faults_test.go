@@ -72,17 +72,7 @@ func takeDown(t *testing.T, name string) (restore func()) {
 		t.Fatal(err)
 	}
 	replicas := sc.Spec.Replicas
-	setScale := func(ctx context.Context, n int32) error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			sc, err := lc.Client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			sc.Spec.Replicas = n
-			_, err = lc.Client.AppsV1().Deployments(ns).UpdateScale(ctx, name, sc, metav1.UpdateOptions{})
-			return err
-		})
-	}
+	setScale := func(ctx context.Context, n int32) error { return install.Scale(ctx, lc, ns, name, n) }
 	done := false
 	restore = func() {
 		if done {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 )
@@ -68,7 +69,7 @@ func (r *Release) DeployAtZeroWith(ctx context.Context, c *cluster.Cluster, ns, 
 	if err := r.waitAppRoute(ctx, c, ns, name, 15*time.Second); err != nil {
 		logf("no AppRoute for %s/%s at 0 replicas (%v): scaling it to 1 so the webhook sees a pod, KEDA will take it back to 0", ns, name, err)
 		a.StartedAtOne = true
-		if err := scale(ctx, c, ns, name, 1); err != nil {
+		if err := Scale(ctx, c, ns, name, 1); err != nil {
 			return nil, err
 		}
 		if err := r.waitAppRoute(ctx, c, ns, name, 60*time.Second); err != nil {
@@ -86,13 +87,19 @@ func (r *Release) DeployAtZeroWith(ctx context.Context, c *cluster.Cluster, ns, 
 	return a, nil
 }
 
-func scale(ctx context.Context, c *cluster.Cluster, ns, name string, n int32) error {
-	s, err := c.Client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+// Scale sets a Deployment's replicas, again on a conflict (its controller
+// writes the status between the read and the write).
+func Scale(ctx context.Context, c *cluster.Cluster, ns, name string, n int32) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := c.Client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = c.Client.AppsV1().Deployments(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("get scale of %s/%s: %w", ns, name, err)
-	}
-	s.Spec.Replicas = n
-	if _, err := c.Client.AppsV1().Deployments(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("scale %s/%s to %d: %w", ns, name, n, err)
 	}
 	return nil

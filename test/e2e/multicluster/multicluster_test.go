@@ -268,15 +268,7 @@ func TestMultiClusterControllerDown(t *testing.T) {
 		waitBounds(t, m, ns, name, 0, 3, 30*time.Second)
 	}
 	fed := a.ebb.Fullname + "-federation"
-	setReplicas := func(ctx context.Context, n int32) error {
-		s, err := a.c.Client.AppsV1().Deployments(a.ebb.Namespace).GetScale(ctx, fed, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s.Spec.Replicas = n
-		_, err = a.c.Client.AppsV1().Deployments(a.ebb.Namespace).UpdateScale(ctx, fed, s, metav1.UpdateOptions{})
-		return err
-	}
+	setReplicas := func(ctx context.Context, n int32) error { return install.Scale(ctx, a.c, a.ebb.Namespace, fed, n) }
 	if err := setReplicas(ctx, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/gorilla/websocket"
@@ -228,14 +229,20 @@ func handoffSlices(ctx context.Context, svc string) (map[string]discoveryv1.Endp
 	return out, nil
 }
 
+// scale sets the Deployment's replicas, again on a conflict (the
+// deployment controller writes its status between the read and the write).
 func scale(t *testing.T, name string, n int32) {
 	t.Helper()
-	s, err := lc.Client.AppsV1().Deployments(appNS).GetScale(t.Context(), name, metav1.GetOptions{})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := lc.Client.AppsV1().Deployments(appNS).GetScale(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = lc.Client.AppsV1().Deployments(appNS).UpdateScale(t.Context(), name, s, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	s.Spec.Replicas = n
-	if _, err := lc.Client.AppsV1().Deployments(appNS).UpdateScale(t.Context(), name, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
