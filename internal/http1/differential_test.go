@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -204,6 +205,64 @@ func hasOddChunkBytes(raw []byte) bool {
 	return false
 }
 
+// hasBareLFInChunkLines reports whether a chunk-size line, the CRLF after
+// a chunk's data or a trailer line (the empty one that ends them included)
+// of a chunked body ends in a LF without its CR. The engine refuses it:
+// RFC 9112 section 7.1 frames chunks with CRLF, and the engine passes a
+// chunked body on as received. net/http takes LF alone. LF bytes inside a
+// chunk's data are content and do not count.
+func hasBareLFInChunkLines(raw []byte) bool {
+	_, body := splitHead(raw)
+	line := func() ([]byte, bool, bool) { // the line, whether it ends in CRLF, whether there was one
+		i := bytes.IndexByte(body, '\n')
+		if i < 0 {
+			return nil, false, false
+		}
+		l := body[:i]
+		body = body[i+1:]
+		if bytes.HasSuffix(l, []byte("\r")) {
+			return l[:len(l)-1], true, true
+		}
+		return l, false, true
+	}
+	for {
+		l, crlf, ok := line()
+		if !ok {
+			return false
+		}
+		if !crlf {
+			return true
+		}
+		end := 0
+		for end < len(l) && strings.IndexByte("0123456789abcdefABCDEF", l[end]) >= 0 {
+			end++
+		}
+		size, err := strconv.ParseInt(string(l[:end]), 16, 64)
+		if err != nil || size < 0 || size > int64(len(body)) {
+			return false // some other fault, or the body ends in the data
+		}
+		if size == 0 {
+			for {
+				l, crlf, ok := line()
+				if !ok {
+					return false
+				}
+				if !crlf {
+					return true
+				}
+				if len(l) == 0 {
+					return false
+				}
+			}
+		}
+		body = body[size:]
+		if !bytes.HasPrefix(body, []byte("\r\n")) {
+			return bytes.HasPrefix(body, []byte("\n"))
+		}
+		body = body[2:]
+	}
+}
+
 // requestAllowed returns why a difference on a request is deliberate, or
 // "" when it is not.
 func requestAllowed(raw []byte, ours, std verdict, http10 bool) string {
@@ -229,6 +288,8 @@ func requestAllowed(raw []byte, ours, std verdict, http10 bool) string {
 		return false
 	}():
 		return "Content_Length, Transfer_Encoding: refused, since servers that read _ as - (CGI, WSGI) would frame by them; net/http takes them as unknown headers"
+	case !ours.ok && std.ok && hasBareLFInChunkLines(raw):
+		return "a chunked body's size, data-ending or trailer line ending in a bare LF: refused (RFC 9112 section 7.1; the engine passes chunked bodies on as received); net/http takes LF alone"
 	case !ours.ok && std.ok && hasOddChunkBytes(raw):
 		return "chunk extensions with control bytes, trailer names that are not tokens, folded trailers: refused; net/http discards extensions, does not check trailer names and joins folded lines"
 	}
@@ -399,6 +460,9 @@ func responseAllowed(raw []byte, ours, std verdict) string {
 	if hasOddChunkBytes(raw) {
 		return "chunk extensions with control bytes, trailer names that are not tokens: refused; net/http does not check them"
 	}
+	if hasBareLFInChunkLines(raw) {
+		return "a chunked body's size, data-ending or trailer line ending in a bare LF: refused (RFC 9112 section 7.1); net/http takes LF alone"
+	}
 	return ""
 }
 
@@ -483,4 +547,23 @@ var differentialResponseSeeds = []string{
 	"HTTP/1.0 100\n\nHTTP/0.0 200 0000\n\n",
 	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 002\r\n\r\nhi",
 	strings.Repeat("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", 2),
+}
+
+// TestBareLFInChunkLines: the oracle's allowance covers LF alone ending a
+// chunk line, and not LF inside a chunk's data.
+func TestBareLFInChunkLines(t *testing.T) {
+	const head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for body, want := range map[string]bool{
+		"0\r\n\r\n":                 false,
+		"5\r\nab\ncd\r\n0\r\n\r\n":  false, // LF in the data is content
+		"0\r\n\n":                   true,  // the empty line ending the trailers
+		"0\r\nX: y\n\r\n":           true,  // a trailer line
+		"5\nabcde\r\n0\r\n\r\n":     true,  // a size line
+		"5\r\nabcde\n0\r\n\r\n":     true,  // the line ending a chunk's data
+		"5;x=y\r\nabcde\r\n0\r\n\n": true,
+	} {
+		if got := hasBareLFInChunkLines([]byte(head + body)); got != want {
+			t.Errorf("%q: %v, want %v", body, got, want)
+		}
+	}
 }
