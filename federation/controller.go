@@ -247,7 +247,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// the maxima in force never add up to more than the global max. A
 	// member read this round is written; one not read keeps its bounds.
 	var writeErrs []error
-	written := map[string]bool{}
 	// A member not read keeps its max in force: if its share came down
 	// (the spec changed), nothing is raised until it is written.
 	pendingLower := false
@@ -267,7 +266,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				writeErrs = append(writeErrs, fmt.Errorf("cluster %s: %w", s.Name, err))
 				continue
 			}
-			written[s.Name] = true
 			r.metrics.writes.WithLabelValues(fs.Namespace, fs.Name, s.Name).Inc()
 			log.V(1).Info("bounds written", "cluster", s.Name, "min", s.Min, "max", s.Max, "wasMin", res.p.soMin, "wasMax", res.p.soMax)
 		}

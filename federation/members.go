@@ -69,8 +69,8 @@ type members struct {
 	timeout time.Duration
 }
 
-// update rebuilds the clients of a member whose Secret changed and
-// returns it, or the error that keeps it unusable.
+// get returns the member registered as name in secrets, its clients
+// rebuilt when its Secret changed, or the error that keeps it unusable.
 func (ms *members) get(secrets []corev1.Secret, label, annotation, name string) (*member, error) {
 	var found []corev1.Secret
 	for _, s := range secrets {
