@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +34,7 @@ type config struct {
 	readyPath    string
 	readyAfter   time.Duration
 	name         string
+	hostileStats string // a hostile /stats answer instead of the app (see hostileModes)
 }
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -59,8 +62,12 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	dur(&c.delay, "delay", "DELAY", "added to every request")
 	str(&c.readyPath, "ready-path", "READY_PATH", "path that answers 200 once serving")
 	dur(&c.readyAfter, "ready-after", "READY_AFTER", "the ready path answers 503 for this long after the port is bound (an app warming up behind its readiness probe; every response then says X-App-Ready)")
+	str(&c.hostileStats, "hostile-stats", "HOSTILE_STATS", "serve, on --listen, a hostile answer to every request instead of the app, as a pod that poses as an ebb sidecar would: "+strings.Join(hostileModeNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		problems = append(problems, err)
+	}
+	if _, ok := hostileModes[c.hostileStats]; c.hostileStats != "" && !ok {
+		problems = append(problems, fmt.Errorf("--hostile-stats %q: want one of %s", c.hostileStats, strings.Join(hostileModeNames(), ", ")))
 	}
 	if c.startupDelay < 0 || c.delay < 0 || c.readyAfter < 0 {
 		problems = append(problems, errors.New("delays must not be negative"))
@@ -106,7 +113,10 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	slog.Info("ebb-test-app serving", "addr", ln.Addr().String())
+	slog.Info("ebb-test-app serving", "addr", ln.Addr().String(), "hostileStats", cfg.hostileStats)
+	if cfg.hostileStats != "" {
+		return serveHostile(ctx, ln, hostileModes[cfg.hostileStats])
+	}
 	return serve(ctx, ln, cfg)
 }
 
@@ -301,4 +311,120 @@ func echoTrailer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler 
 		}
 	}
 	return handler(ctx, req)
+}
+
+// hostileModes are the answers of --hostile-stats: what a pod that carries
+// an app's label and poses as its ebb sidecar (a container named ebb-sidecar
+// with a port named ebb-admin) may send the scaler that reads its /stats.
+// Each is written on the raw connection, once per request read.
+var hostileModes = map[string]func(c net.Conn, n int){
+	// A valid head announcing a 1 GiB body, then the body.
+	"huge": func(c net.Conn, _ int) {
+		const size = 1 << 30
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=ebb1\r\nContent-Length: "+strconv.Itoa(size)+"\r\n\r\n"); err != nil {
+			return
+		}
+		chunk := []byte(strings.Repeat("9", 64<<10))
+		for sent := 0; sent < size; sent += len(chunk) {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	},
+	// A chunked body whose first chunk says 1 GiB, then endless data.
+	"huge-chunked": func(c net.Conn, _ int) {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n"); err != nil {
+			return
+		}
+		chunk := []byte(strings.Repeat("9", 64<<10))
+		for {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	},
+	// Header lines for ever, no body.
+	"endless-head": func(c net.Conn, _ int) {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n"); err != nil {
+			return
+		}
+		for {
+			if _, err := io.WriteString(c, "X-Pad: "+strings.Repeat("x", 100)+"\r\n"); err != nil {
+				return
+			}
+		}
+	},
+	// A valid answer, one byte a second.
+	"slow": func(c net.Conn, _ int) {
+		for _, b := range []byte(statsAnswer("ebb1 0 0 1\n")) {
+			if _, err := c.Write([]byte{b}); err != nil {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	},
+	// Reads the request and never answers.
+	"never": func(net.Conn, int) { select {} },
+	// Not HTTP.
+	"garbage": func(c net.Conn, _ int) {
+		_, _ = io.WriteString(c, "\x00\xff SSH-2.0-OpenSSH_9.6\r\n<html>nope</html>\n")
+	},
+	// Forged figures in a valid answer.
+	"inflight-max":      func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsAnswer("ebb1 9223372036854775807 0 1\n")) },
+	"inflight-negative": func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsAnswer("ebb1 -5 0 1\n")) },
+	"inflight-absurd":   func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsAnswer("ebb1 4000000000 0 1\n")) },
+	// A new boot ID at every read, with a counter that grows by 1000.
+	"boot-churn": func(c net.Conn, n int) {
+		_, _ = io.WriteString(c, statsAnswer(fmt.Sprintf("ebb1 1 %d %d\n", 1000*(n+1), time.Now().UnixNano())))
+	},
+	// A counter that goes backwards under the same boot ID.
+	"counter-backwards": func(c net.Conn, n int) {
+		_, _ = io.WriteString(c, statsAnswer(fmt.Sprintf("ebb1 0 %d 1\n", 1_000_000-n)))
+	},
+}
+
+func hostileModeNames() []string {
+	names := make([]string, 0, len(hostileModes))
+	for k := range hostileModes {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func statsAnswer(body string) string {
+	return "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=ebb1\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}
+
+// serveHostile answers every request head read on ln with answer, keeping
+// the connection for the next request, until ctx is done.
+func serveHostile(ctx context.Context, ln net.Listener, answer func(net.Conn, int)) error {
+	go func() { <-ctx.Done(); ln.Close() }()
+	var n atomic.Int64
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for {
+				// One request head: lines up to an empty one.
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" || line == "\n" {
+						break
+					}
+				}
+				answer(c, int(n.Add(1)))
+			}
+		}()
+	}
 }

@@ -155,3 +155,46 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Error("serve did not return after shutdown")
 	}
 }
+
+// TestHostileStats: each --hostile-stats mode answers a request head as it
+// says, and keeps the connection for the next request.
+func TestHostileStats(t *testing.T) {
+	if _, err := parseConfig([]string{"--hostile-stats", "nope"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "boot-churn") {
+		t.Errorf("unknown mode: error %v, want the modes listed", err)
+	}
+	for mode, want := range map[string]string{
+		"inflight-max":      "ebb1 9223372036854775807 0 1\n",
+		"inflight-negative": "ebb1 -5 0 1\n",
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- serveHostile(ctx, ln, hostileModes[mode]) }()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		for range 2 {
+			if _, err := io.WriteString(c, "GET /stats HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if string(b) != want {
+				t.Errorf("%s: body %q, want %q", mode, b, want)
+			}
+		}
+		c.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: serveHostile: %v", mode, err)
+		}
+	}
+}
