@@ -3,6 +3,7 @@ package stats
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -124,7 +125,8 @@ func Parse(b []byte) (Snapshot, error) {
 	snap := Snapshot{InFlight: inFlight, Total: total, BootID: boot}
 	if n == 5 {
 		ms, err := strconv.ParseInt(string(fields[4]), 10, 64)
-		if err != nil || ms < 0 {
+		if err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+			// Beyond ~292 years the Duration would overflow.
 			return Snapshot{}, fmt.Errorf("%w: busy %q", ErrFormat, fields[4])
 		}
 		snap.BusyFor = time.Duration(ms) * time.Millisecond

@@ -27,7 +27,8 @@ func TestWireForm(t *testing.T) {
 }
 
 func TestParseRejects(t *testing.T) {
-	for _, in := range []string{"", "\n", "ebb1 1 2", "ebb1 1 2 3 4", "ebb2 1 2 3", "ebb1 -1 2 3", "ebb1 x 2 3", "ebb1 1 -2 3", "ebb1  1 2 3", "<html>"} {
+	for _, in := range []string{"", "\n", "ebb1 1 2", "ebb1 1 2 3 4", "ebb2 1 2 3", "ebb1 -1 2 3", "ebb1 x 2 3", "ebb1 1 -2 3", "ebb1  1 2 3", "<html>",
+		"ebb1 9223372036854775808 0 1", "ebb1 -9223372036854775808 0 1", "ebb1 1 18446744073709551616 1", "ebb1 1 2 18446744073709551616"} {
 		if _, err := Parse([]byte(in)); !errors.Is(err, ErrFormat) {
 			t.Errorf("Parse(%q) error = %v, want ErrFormat", in, err)
 		}
@@ -75,7 +76,9 @@ func TestV2(t *testing.T) {
 	if err != nil || got != s {
 		t.Errorf("Parse(%q) = %+v, %v", line, got, err)
 	}
-	for _, bad := range []string{"ebb1 1 9 42 95000", "ebb2 1 9 42", "ebb2 1 9 42 -1", "ebb2 1 9 42 x"} {
+	for _, bad := range []string{"ebb1 1 9 42 95000", "ebb2 1 9 42", "ebb2 1 9 42 -1", "ebb2 1 9 42 x",
+		// 2^63-1 ms would overflow the Duration (it read as -1ms).
+		"ebb2 1 9 42 9223372036854775807", "ebb2 1 9 42 9223372036855"} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
