@@ -31,6 +31,7 @@ import (
 type h2cServer struct {
 	handler http.Handler
 	idle    time.Duration
+	header  time.Duration
 	errLog  *log.Logger
 
 	mu   sync.Mutex
@@ -102,7 +103,7 @@ func newH2CServer(p *proxy) *h2cServer {
 		}
 		span.End()
 	})
-	h := &h2cServer{handler: handler, idle: p.opts.IdleTimeout, errLog: errLog}
+	h := &h2cServer{handler: handler, idle: p.opts.IdleTimeout, header: p.opts.HeaderTimeout, errLog: errLog}
 	h.cur = h.newGen()
 	return h
 }
@@ -111,11 +112,27 @@ func (h *h2cServer) newGen() *h2cGen {
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	g := &h2cGen{
+		// No ReadHeaderTimeout: the head's deadline, which the HTTP/1.1
+		// engine keeps on the connection, bounds the preface and the first
+		// frame (h2cConn); after that:
 		srv: &http.Server{
-			Handler:     h.handler,
-			Protocols:   &protos,
+			Handler:   h.handler,
+			Protocols: &protos,
+			// A connection without an open stream this long gets a GOAWAY
+			// and is closed a second later.
 			IdleTimeout: h.idle,
-			ErrorLog:    h.errLog,
+			HTTP2: &http.HTTP2Config{
+				// A client silent this long, streams open or not, is
+				// pinged, and cut if it does not answer within the header
+				// timeout: a client gone without a FIN does not keep its
+				// requests counted for as long as the app holds them.
+				SendPingTimeout: h.idle,
+				PingTimeout:     h.header,
+				// A client that stops reading is cut as the HTTP/1.1
+				// engine cuts one: after the idle timeout without progress.
+				WriteByteTimeout: h.idle,
+			},
+			ErrorLog: h.errLog,
 		},
 		ln: &chanListener{ch: make(chan net.Conn), done: make(chan struct{})},
 	}
@@ -134,7 +151,7 @@ func (h *h2cServer) handOff(c net.Conn) bool {
 			return false
 		}
 		select {
-		case g.ln.ch <- c:
+		case g.ln.ch <- newH2CConn(c):
 			return true
 		case <-g.ln.done: // rotated away meanwhile: try the new one
 		}
@@ -212,3 +229,89 @@ func (l *chanListener) Close() error {
 }
 
 func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+// prefaceLen is the length of the HTTP/2 client preface
+// ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), frameHeaderLen of a frame header.
+const (
+	prefaceLen     = 24
+	frameHeaderLen = 9
+)
+
+// h2cConn is a connection handed to the h2c server. Until the client's
+// preface and its first frame (a SETTINGS frame, or the server refuses the
+// connection) have been read whole, the read deadline the HTTP/1.1 engine
+// set for the request head stays: net/http clears it once it has the
+// preface, and its own wait for the first SETTINGS is a fixed 2 s, so
+// without this a client that sends part of the preface, or the preface and
+// no frame, would hold the connection for ever, or for longer than any
+// request head. What net/http asks for meanwhile is applied once the first
+// frame is in.
+type h2cConn struct {
+	net.Conn
+	// guarding, off, end and hdr are written by Read only (one reader at a
+	// time: net/http's, then the h2 server's frame reader); guarding is
+	// written under mu so that SetReadDeadline sees it.
+	guarding bool
+	off      int // bytes read so far
+	end      int // off at the end of the first frame; -1 until its header is read
+	hdr      [frameHeaderLen]byte
+	mu       sync.Mutex
+	asked    time.Time // the read deadline net/http last asked for while guarding
+}
+
+func newH2CConn(c net.Conn) *h2cConn { return &h2cConn{Conn: c, guarding: true, end: -1} }
+
+func (c *h2cConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.guarding && n > 0 {
+		c.observe(b[:n])
+	}
+	return n, err
+}
+
+// observe follows the bytes read through the preface and the first frame's
+// header and payload, and lifts the guard at the end of that frame.
+func (c *h2cConn) observe(p []byte) {
+	for len(p) > 0 {
+		var k int
+		switch {
+		case c.off < prefaceLen:
+			k = min(len(p), prefaceLen-c.off)
+		case c.off < prefaceLen+frameHeaderLen:
+			k = copy(c.hdr[c.off-prefaceLen:], p)
+			if c.off+k == prefaceLen+frameHeaderLen {
+				c.end = prefaceLen + frameHeaderLen + (int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2]))
+			}
+		default:
+			k = min(len(p), c.end-c.off)
+		}
+		c.off += k
+		p = p[k:]
+		if c.end >= 0 && c.off >= c.end {
+			c.mu.Lock()
+			c.guarding = false
+			c.Conn.SetReadDeadline(c.asked)
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (c *h2cConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.guarding {
+		c.asked = t
+		return nil
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets the write deadline and, as SetReadDeadline, the read
+// deadline.
+func (c *h2cConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetWriteDeadline(t)
+}

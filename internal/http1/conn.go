@@ -178,9 +178,14 @@ func (cc *Conn) waitRequest() bool {
 func (cc *Conn) draining() bool { return cc.s != nil && cc.s.Draining() }
 
 // handOffH2 returns the connection, with what was already read put back in
-// front, for an h2c server.
+// front, for an h2c server. Its read deadline stays the head's: the rest of
+// the preface gets no more time than any request head, and the h2c server
+// lifts it once it has read what it needs (the sidecar: the preface and
+// the first frame).
 func (cc *Conn) handOffH2() net.Conn {
-	return cc.detach([]byte("PRI * HTTP/2.0\r\n"))
+	c := cc.detach([]byte("PRI * HTTP/2.0\r\n"))
+	cc.c.SetReadDeadline(cc.now.Add(cc.o.HeaderTimeout))
+	return c
 }
 
 // HandOff ends the engine's service of the connection: Serve then returns
