@@ -40,10 +40,3 @@ func clean(c *net.TCPConn) bool {
 	readable, closed := peek(c)
 	return !readable && !closed
 }
-
-// clientGone reports whether a client has closed or reset its connection
-// (bytes it sent ahead, a pipelined request, mean it is still there).
-func clientGone(c *net.TCPConn) bool {
-	readable, closed := peek(c)
-	return closed && !readable
-}

@@ -21,7 +21,9 @@
 // nothing arrived on it meanwhile: bytes an app sends unasked cost it its
 // connection and never reach another client. A request waiting on the app
 // checks every 100 ms that its client is still there and ends when it is
-// not; Options.ResponseHeaderTimeout answers 504. Bodies are copied piece by
+// not: a FIN or a reset counts, read from the socket's TCP state, so bytes
+// not read yet (a pipelined request, a body the app does not take) do not
+// hide it; Options.ResponseHeaderTimeout answers 504. Bodies are copied piece by
 // piece as they arrive (request bodies in their own goroutine, full duplex);
 // 1xx responses are forwarded (not to HTTP/1.0 clients), and a 101 turns
 // the connection into a byte tunnel. Connections that start with the HTTP/2

@@ -260,15 +260,12 @@ func (cc *Conn) awaitResponse(uc *upConn) error {
 	return nil
 }
 
-// clientGone reports whether the client closed or reset its connection.
-// Not while its request body is still being read (that read sees it), nor
-// while a pipelined request of its waits in the buffer.
-func (cc *Conn) clientGone() bool {
-	if !cc.bodyFinished() || cc.br.Buffered() > 0 {
-		return false
-	}
-	return clientGone(cc.c)
-}
+// clientGone reports whether the client closed or reset its connection,
+// from the socket alone: a pipelined request waiting in the buffer, or a
+// request body still on its way to an app that does not read it, does not
+// hide the close (the check reads nothing, so the body's goroutine may be
+// reading meanwhile).
+func (cc *Conn) clientGone() bool { return clientGone(cc.c) }
 
 // headBuffered reports whether a whole head is in br's buffer.
 func headBuffered(br *bufio.Reader) bool {
