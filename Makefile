@@ -55,6 +55,7 @@ test: tools build images ## Every test: unit, integration against a real API ser
 	@# moves) must not share the 2 cores with the other packages' builds
 	@# and API servers.
 	$(GO) test -p 1 $(TEST_FLAGS) ./test/e2e/ ./test/e2e/multicluster/
+	@$(MAKE) --no-print-directory bench-smoke
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: test-unit
@@ -87,8 +88,13 @@ images: $(IMAGE_BINS) ## Build ebb's images with ko into bin/images/<name>.tar, 
 	$(GO) run ./test/images
 
 .PHONY: bench
-bench: tools build ## Run the benchmark programs (figures for the README's performance table).
-	@for d in test/bench/*/; do echo ">> $$d"; $(GO) run ./$$d; done
+bench: tools build ## Run the benchmark programs (figures for the README's performance table); each runs, those that failed are named at the end.
+	@failed=""; for d in test/bench/*/; do echo ">> $$d"; $(GO) run ./$$d || failed="$$failed $$d"; done; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
+
+.PHONY: bench-smoke
+bench-smoke: tools build ## Each benchmark program in its smoke mode (-smoke: tiny sizes, seconds), so that none stops working unseen; make test runs it.
+	@for d in test/bench/*/; do echo ">> $$d -smoke"; s=$$SECONDS; $(GO) run ./$$d -smoke; echo "<< $$d -smoke passed in $$((SECONDS - s)) s"; done
 
 .PHONY: lint
 lint: $(DEV_BINS) ## gofmt, go vet, staticcheck and actionlint (the GitHub workflows).

@@ -18,4 +18,7 @@
 // building them if missing, and wrk):
 //
 //	go run ./test/bench/activator [-duration 5s] [-rounds 3] [-trials 30] [-wakes 200] [-hold 10000]
+//
+// With -smoke it runs every step with tiny sizes, in seconds: make test
+// runs it so that the bench cannot stop working unseen.
 package main

@@ -56,7 +56,11 @@ func main() {
 	wakes := flag.Int("wakes", 200, "wake-signal trials")
 	hold := flag.Int("hold", 10000, "requests held at once for the RSS figure")
 	port := flag.Int("port", 19500, "first loopback port used")
+	smoke := flag.Bool("smoke", false, "check that the bench still runs end to end, in seconds: -duration 1s -rounds 1 -trials 2 -wakes 10 -hold 200")
 	flag.Parse()
+	if *smoke {
+		*duration, *rounds, *trials, *wakes, *hold = time.Second, 1, 2, 10, 200
+	}
 	if *duration <= 0 || *duration > time.Minute || *rounds < 1 || *rounds > 9 || *trials < 1 || *trials > 200 || *wakes < 1 || *wakes > 2000 || *hold < 1 || *hold > 15000 {
 		log.Fatal("out of bounds: 0 < -duration <= 1m, -rounds 1..9, -trials 1..200, -wakes 1..2000, -hold 1..15000")
 	}

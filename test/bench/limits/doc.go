@@ -48,4 +48,8 @@
 // bin/ebb-sidecar, bin/ebb-test-app and wrk):
 //
 //	go run ./test/bench/limits [-duration 2s] [-wrk-duration 3s] [-rounds 5] [-rate 500]
+//
+// With -smoke it runs every step once with tiny sizes, in seconds, and
+// fails if a request failed: make test runs it so that the bench cannot
+// stop working unseen.
 package main

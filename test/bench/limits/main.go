@@ -31,6 +31,7 @@ type options struct {
 	conns       int
 	port        int
 	values      string
+	smoke       bool
 }
 
 func main() {
@@ -42,7 +43,11 @@ func main() {
 	flag.IntVar(&o.conns, "c", 64, "wrk connections")
 	flag.IntVar(&o.port, "port", 19480, "first loopback port: the app, then one per sidecar (their admin ports 100 above)")
 	flag.StringVar(&o.values, "values", "charts/ebb/values.yaml", "the chart's values, read for sidecar.resources")
+	flag.BoolVar(&o.smoke, "smoke", false, "check that the bench still runs end to end, in seconds: -duration 1s -wrk-duration 1s -rounds 1 -rate 50, and an error if a request failed")
 	flag.Parse()
+	if o.smoke {
+		o.duration, o.wrkDuration, o.rounds, o.rate = time.Second, time.Second, 1, 50
+	}
 	if err := o.validate(); err != nil {
 		log.Fatal(err)
 	}
@@ -414,6 +419,15 @@ func report(o options, h hierarchy, chart corev1.ResourceRequirements, targets [
 		}
 	}
 	verdict(o, chart, targets)
+	if o.smoke {
+		for _, t := range targets {
+			for r, s := range t.runs {
+				if s.open.errors > 0 || s.wrk.errors > 0 {
+					return fmt.Errorf("smoke: %s, round %d: %d requests failed at %d RPS, %d in wrk's run", t.name, r+1, s.open.errors, o.rate, s.wrk.errors)
+				}
+			}
+		}
+	}
 	return nil
 }
 

@@ -42,6 +42,7 @@ type benchFlags struct {
 	sidecars, apps, coldApps int
 	warmup, measure          time.Duration
 	getMetricsCalls, pushes  int
+	smoke                    bool
 }
 
 func main() {
@@ -60,7 +61,11 @@ func main() {
 	flag.DurationVar(&f.measure, "measure", 20*time.Second, "CPU measurement span")
 	flag.IntVar(&f.getMetricsCalls, "getmetrics-calls", 20000, "GetMetrics calls over all apps")
 	flag.IntVar(&f.pushes, "pushes", 1000, "held pushes timed to StreamIsActive")
+	flag.BoolVar(&f.smoke, "smoke", false, "check that the bench still runs end to end, in seconds: -sidecars 50 -apps 10 -cold-apps 5 -warmup 2s -measure 2s -getmetrics-calls 100 -pushes 20, and an error unless every sidecar was read without error")
 	flag.Parse()
+	if f.smoke {
+		f.sidecars, f.apps, f.coldApps, f.warmup, f.measure, f.getMetricsCalls, f.pushes = 50, 10, 5, 2*time.Second, 2*time.Second, 100, 20
+	}
 	if err := run(f); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -206,7 +211,8 @@ func (p *proc) rssKiB() (float64, error) {
 	return 0, errors.New("no VmRSS in child status")
 }
 
-// metric reads one unlabelled sample from the child's /metrics.
+// metric reads the first sample of name from the child's /metrics,
+// whatever its labels (the scaler's carry ebb_instance).
 func (p *proc) metric(name string) (float64, error) {
 	resp, err := http.Get("http://" + p.admin + "/metrics")
 	if err != nil {
@@ -215,9 +221,11 @@ func (p *proc) metric(name string) (float64, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
+		rest, ok := strings.CutPrefix(sc.Text(), name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
 		}
+		return strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
 	}
 	return 0, fmt.Errorf("no %s in /metrics", name)
 }
@@ -338,6 +346,16 @@ func run(f benchFlags) error {
 	fmt.Printf("| first held request → StreamIsActive push, %d pushes | p50 %s, p99 %s | p99 ≤ 20 ms | %s |\n", f.pushes, ms(pushP50), ms(pushP99), verdict(pushP99 <= 20*time.Millisecond))
 	fmt.Printf("| scaler RSS | %.1f MiB (%.1f MiB with no app) | reported | |\n", rss/1024, baseRSS/1024)
 	fmt.Printf("| scaler RSS per app (%d pods each, kept-alive connections included) | %.1f KiB | reported | |\n", f.sidecars/f.apps, perApp)
+	if f.smoke {
+		switch {
+		case int(podsRead) != f.sidecars:
+			return fmt.Errorf("smoke: the scaler reads %.0f sidecars, want %d", podsRead, f.sidecars)
+		case errs1 != errs0:
+			return fmt.Errorf("smoke: %.0f sidecar read errors", errs1-errs0)
+		case tickN1 <= tickN0:
+			return errors.New("smoke: no tick while measuring")
+		}
+	}
 	return nil
 }
 

@@ -19,7 +19,7 @@
 //
 // Run it from the module root:
 //
-//	go run ./test/bench/sidecar [-duration 2s] [-rounds 9] [-pairs 12] [-pin split|none] [-rebuild]
+//	go run ./test/bench/sidecar [-duration 2s] [-rounds 9] [-pairs 12] [-pin split|none] [-rebuild] [-baseline <older ebb-sidecar>] [-smoke]
 //
 // It uses bin/ebb-sidecar and bin/ebb-test-app, building them if missing (or
 // with -rebuild), nginx from PATH, and wrk as the load generator. With -pin
@@ -29,9 +29,22 @@
 //
 // Shared machines are noisy, so every figure is a median of figures taken
 // within one round, where the targets ran back to back: throughput ratios
-// are per-round ratios, added latency per-round differences, and the
-// counting cost gets extra adjacent 1s pairs of its own. Each throughput
-// ratio is also given CPU-normalised: the CPU seconds wrk, the app and the
-// proxy used per request (from /proc and wrk's rusage), which does not
-// depend on how much CPU a neighbour left over.
+// are per-round ratios, added latency per-round differences. The small
+// differences get pairs of their own: the sidecar against counting off,
+// against request metrics off, against a copy of its own binary (the A/A
+// control) and, with -baseline, against an earlier build (A/B). A pair is
+// four adjacent 1 s runs in the order ABBA (BAAB every other pair, the
+// variants' order rotated every pair), so that a drift in the machine's
+// load and whatever a run leaves for the next fall on both sides alike.
+// The A/A control runs the same build from another file by the same
+// procedure as the A/B: its figure, ~0 when the procedure is fair, is the
+// noise floor to read the A/B against. Each throughput ratio is also given
+// CPU-normalised: the CPU seconds wrk, the app and the proxy used per
+// request (from /proc and wrk's rusage), which does not depend on how much
+// CPU a neighbour left over.
+//
+// With -smoke it runs every step with tiny sizes (-duration 1s -rounds 1
+// -pairs 1 -hold 50, and bin/ebb-sidecar as its own baseline unless
+// -baseline names one), in about half a minute, and fails if wrk saw an
+// error: make test runs it so that the bench cannot stop working unseen.
 package main

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -36,6 +37,7 @@ type benchConfig struct {
 	nice     int
 	baseline string
 	pairs    int
+	smoke    bool
 }
 
 func main() {
@@ -63,9 +65,16 @@ func main() {
 	flag.IntVar(&c.pairs, "pairs", 12, "extra back-to-back 1s runs of counting on/off, for the counting cost")
 	flag.StringVar(&c.baseline, "baseline", "", "another ebb-sidecar binary (an earlier build) to pair with this one: what the changes since cost")
 	flag.IntVar(&c.nice, "nice", 0, "run servers and wrk at this nice level (negative needs root) to shield them from other load")
+	flag.BoolVar(&c.smoke, "smoke", false, "check that the bench still runs end to end, in seconds: -duration 1s -rounds 1 -pairs 1 -hold 50, bin/ebb-sidecar as its own baseline if -baseline is not set, and an error if wrk saw one")
 	flag.Parse()
-	if c.duration <= 0 || c.duration > time.Minute || c.rounds < 1 || c.rounds > 15 || c.conns < 1 || c.conns > 1024 || c.hold < 1 || c.hold > 5000 {
-		log.Fatal("out of bounds: want 0 < -duration <= 1m, 1 <= -rounds <= 15, 1 <= -c <= 1024, 1 <= -hold <= 5000")
+	if c.smoke {
+		c.duration, c.rounds, c.pairs, c.hold = time.Second, 1, 1, 50
+		if c.baseline == "" {
+			c.baseline = "bin/ebb-sidecar"
+		}
+	}
+	if c.duration <= 0 || c.duration > time.Minute || c.rounds < 1 || c.rounds > 15 || c.conns < 1 || c.conns > 1024 || c.hold < 1 || c.hold > 5000 || c.pairs < 0 || c.pairs > 100 {
+		log.Fatal("out of bounds: want 0 < -duration <= 1m, 1 <= -rounds <= 15, 1 <= -c <= 1024, 1 <= -hold <= 5000, 0 <= -pairs <= 100")
 	}
 	if c.pin != "split" && c.pin != "none" {
 		log.Fatal("-pin: want split or none")
@@ -127,6 +136,16 @@ func run(c benchConfig) error {
 	if err := sidecar("sidecar-nometrics", "bin/ebb-sidecar", p+8, "--request-metrics=false"); err != nil {
 		return err
 	}
+	// The A/A control: this build from a copy of its binary, a process
+	// like the baseline's, paired with the sidecar by the same procedure.
+	dup, err := copyBinary("bin/ebb-sidecar")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(dup))
+	if err := sidecar("sidecar-copy", dup, p+10); err != nil {
+		return err
+	}
 	if c.baseline != "" {
 		if err := sidecar("sidecar-baseline", c.baseline, p+9); err != nil {
 			return err
@@ -144,7 +163,11 @@ func run(c benchConfig) error {
 	if err := procs.start(c, "tcpforward", []string{self, "tcpforward", fmt.Sprintf("127.0.0.1:%d", p+5), app}, nil); err != nil {
 		return err
 	}
-	for _, port := range []int{p, p + 1, p + 2, p + 3, p + 5, p + 8} {
+	ports := []int{p, p + 1, p + 2, p + 3, p + 5, p + 8, p + 10}
+	if c.baseline != "" {
+		ports = append(ports, p+9)
+	}
+	for _, port := range ports {
 		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/", port)); err != nil {
 			return err
 		}
@@ -153,7 +176,11 @@ func run(c benchConfig) error {
 	side := target{name: "sidecar", port: p + 1, pids: []int{procs.pid("sidecar")}}
 	nocount := target{name: "sidecar, counting off", port: p + 2, pids: []int{procs.pid("sidecar-nocount")}}
 	nometrics := target{name: "sidecar, request metrics off", port: p + 8, pids: []int{procs.pid("sidecar-nometrics")}}
-	baseline := target{name: "sidecar, baseline", port: p + 9, pids: []int{procs.pid("sidecar-baseline")}}
+	dupe := target{name: "sidecar, copy (A/A)", port: p + 10, pids: []int{procs.pid("sidecar-copy")}}
+	var baseline target
+	if c.baseline != "" {
+		baseline = target{name: "sidecar, baseline", port: p + 9, pids: []int{procs.pid("sidecar-baseline")}}
+	}
 	nginx := target{name: "nginx", port: p + 6, pids: ngx.pids()}
 	rproxy := target{name: "httputil.ReverseProxy", port: p + 3, pids: []int{procs.pid("reverseproxy")}}
 	floor := target{name: "TCP forwarder", port: p + 5, pids: []int{procs.pid("tcpforward")}}
@@ -165,7 +192,8 @@ func run(c benchConfig) error {
 		if err != nil {
 			return res, err
 		}
-		res.cpuPerReq = (res.wrkCPU + cpuSeconds(pids) - before) / float64(res.n)
+		res.cpu = res.wrkCPU + cpuSeconds(pids) - before
+		res.cpuPerReq = res.cpu / float64(res.n)
 		return res, nil
 	}
 
@@ -187,45 +215,31 @@ func run(c benchConfig) error {
 			fmt.Fprintf(os.Stderr, "round %d  c=%d  %-22s %9.0f req/s  %5.1f µs CPU/req\n", r+1, c.conns, t.name, w.rps, 1e6*w.cpuPerReq)
 		}
 	}
-	// Counting on and off back to back, alternating who goes first: the
-	// difference is small, so it gets many short pairs of its own.
+	// Pairs: the sidecar against each variant in turn, counting off,
+	// request metrics off, a copy of its own binary (the A/A control) and
+	// the baseline build, each pair four adjacent 1 s runs in the order
+	// ABBA (BAAB every other pair), the variants' order rotated every
+	// pair. The differences are small, so they get many short pairs.
 	pairCfg := c
 	pairCfg.duration = time.Second
-	// The same for request metrics off, and for the baseline build: pairs
-	// of their own, [this sidecar, the other].
-	others := []target{nometrics}
+	others := []target{nocount, nometrics, dupe}
 	if c.baseline != "" {
-		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/", baseline.port)); err != nil {
-			return err
-		}
 		others = append(others, baseline)
 	}
 	pairs := map[string][][2]wrkResult{}
 	for r := range c.pairs {
-		pair := []target{side, nocount}
-		if r%2 == 1 {
-			pair = []target{nocount, side}
-		}
-		for _, t := range pair {
-			w, err := measure(pairCfg, t, c.conns)
+		for i := range others {
+			o := others[(i+r)%len(others)]
+			got, err := abba(measure, pairCfg, side, o, r%2 == 1)
 			if err != nil {
 				return err
 			}
-			res[t.name] = append(res[t.name], w)
-			errs += w.errors
-		}
-		for _, o := range others {
-			var got [2]wrkResult
-			for _, i := range []int{r % 2, 1 - r%2} {
-				t := []target{side, o}[i]
-				w, err := measure(pairCfg, t, c.conns)
-				if err != nil {
-					return err
-				}
-				got[i] = w
-				errs += w.errors
-			}
+			errs += got[0].errors + got[1].errors
 			pairs[o.name] = append(pairs[o.name], got)
+			if o.name == nocount.name {
+				res[side.name] = append(res[side.name], got[0])
+				res[nocount.name] = append(res[nocount.name], got[1])
+			}
 			fmt.Fprintf(os.Stderr, "pair %d  c=%d  sidecar %9.0f req/s  %-28s %9.0f req/s\n", r+1, c.conns, got[0].rps, o.name, got[1].rps)
 		}
 	}
@@ -362,26 +376,33 @@ func run(c benchConfig) error {
 	if costHi-costLo > 0.06 {
 		costMet = fmt.Sprintf("not resolvable here: pairs spread %.0f…%.0f %% (interquartile)", 100*costLo, 100*costHi)
 	}
-	fmt.Printf("| **counting cost** (1 − on÷off, median of %d adjacent pairs), wall clock | **%.1f %%** | ≤ 3 %% | %s |\n", c.rounds+c.pairs, 100*cost, costMet)
+	fmt.Printf("| **counting cost** (1 − on÷off, median over %d rounds and ABBA pairs), wall clock | **%.1f %%** | ≤ 3 %% | %s |\n", c.rounds+c.pairs, 100*cost, costMet)
 	cpuCostMet := met(costCPU <= 0.03)
 	if cpuCostHi-cpuCostLo > 0.06 {
 		cpuCostMet = fmt.Sprintf("not resolvable here: pairs spread %.0f…%.0f %% (interquartile)", 100*cpuCostLo, 100*cpuCostHi)
 	}
 	fmt.Printf("| counting cost, CPU-normalised | %.1f %% | ≤ 3 %% | %s |\n", 100*costCPU, cpuCostMet)
+	// Every pair figure but counting's (above): the A/A control comes
+	// right before the baseline's line, the noise floor next to the figure
+	// it bounds.
+	pairCosts := map[string]pairCost{}
 	for _, o := range others {
-		var wall, cpu []float64
-		for _, pr := range pairs[o.name] {
-			wall = append(wall, 1-pr[0].rps/pr[1].rps)
-			cpu = append(cpu, 1-pr[1].cpuPerReq/pr[0].cpuPerReq)
+		pairCosts[o.name] = costOf(pairs[o.name])
+	}
+	for _, o := range others[1:] {
+		pc := pairCosts[o.name]
+		var what, target, ok string
+		switch o.name {
+		case nometrics.name:
+			what, target, ok = "request-metrics cost (1 − on÷off)", "≤ 3 %", met(pc.wall <= 0.03)
+		case dupe.name:
+			what, target, ok = "A/A control: 1 − this build ÷ a copy of its binary, same procedure (the noise floor of the pair figures)", "≈ 0 (within ±1 %)", met(math.Abs(pc.wall) <= 0.01)
+		case baseline.name:
+			what, target = "cost of this build over the baseline (1 − this÷baseline)", "reported, against the A/A control"
 		}
-		lo, hi := quartiles(wall)
-		what, target := "request-metrics cost (1 − on÷off)", "≤ 3 %"
-		if o.name == baseline.name {
-			what, target = "cost of this build over the baseline (1 − this÷baseline)", ""
-		}
-		fmt.Printf("| **%s**, median of %d adjacent pairs, wall clock (interquartile) | **%.1f %%** (%.1f…%.1f %%) | %s | %s |\n",
-			what, len(wall), 100*median(wall), 100*lo, 100*hi, target, met(target == "" || median(wall) <= 0.03))
-		fmt.Printf("| %s, CPU-normalised | %.1f %% | %s | |\n", what, 100*median(cpu), target)
+		fmt.Printf("| **%s**, median of %d ABBA pairs, wall clock (interquartile) | **%.1f %%** (%.1f…%.1f %%) | %s | %s |\n",
+			what, pc.n, 100*pc.wall, 100*pc.lo, 100*pc.hi, target, ok)
+		fmt.Printf("| %s, CPU-normalised | %.1f %% | | |\n", what, 100*pc.cpu)
 	}
 	fmt.Printf("| p50 c=1 direct / sidecar / nginx | %.0f / %.0f / %.0f µs | | |\n", p50(direct.name), p50(side.name), p50(nginx.name))
 	fmt.Printf("| **p50 added** (median of per-round differences) | **%+.0f µs** | ≤ +40 µs | %s |\n", addP50, met(addP50 <= 40))
@@ -407,7 +428,77 @@ func run(c benchConfig) error {
 		c.conns, ratio, ngxRatio, sideOverNgx, sideOverNgxCPU)
 	fmt.Printf("p50 added at c=1: sidecar %+.0f µs vs nginx %+.0f µs; sidecar − nginx %+.0f µs (median of per-round differences)\n",
 		addP50, ngxAddP50, sideMinusNgxP50)
+	if c.pairs > 0 {
+		aa := pairCosts[dupe.name]
+		fmt.Printf("\nA/A control, this build ÷ a copy of its binary (%d ABBA pairs): 1 − this÷copy %.1f %% (interquartile %.1f…%.1f %%), %.1f %% CPU-normalised\n",
+			aa.n, 100*aa.wall, 100*aa.lo, 100*aa.hi, 100*aa.cpu)
+		if c.baseline != "" {
+			ab := pairCosts[baseline.name]
+			fmt.Printf("A/B, this build ÷ the baseline %s (%d ABBA pairs, the same procedure): 1 − this÷baseline %.1f %% (interquartile %.1f…%.1f %%), %.1f %% CPU-normalised\n",
+				c.baseline, ab.n, 100*ab.wall, 100*ab.lo, 100*ab.hi, 100*ab.cpu)
+		}
+	}
+	if c.smoke && errs > 0 {
+		return fmt.Errorf("smoke: wrk saw %d errors (non-2xx or socket)", errs)
+	}
 	return nil
+}
+
+// abba runs a and b at c.conns connections back to back in the order a,
+// b, b, a (b, a, a, b with flip), so that a drift of the machine's load
+// over the four runs, and what a run leaves behind for the next, fall on
+// both alike, and returns each one's two runs as one.
+func abba(measure func(benchConfig, target, int) (wrkResult, error), c benchConfig, a, b target, flip bool) ([2]wrkResult, error) {
+	order := []int{0, 1, 1, 0}
+	if flip {
+		order = []int{1, 0, 0, 1}
+	}
+	var got [2]wrkResult
+	for _, i := range order {
+		w, err := measure(c, []target{a, b}[i], c.conns)
+		if err != nil {
+			return got, err
+		}
+		got[i] = got[i].plus(w)
+	}
+	return got, nil
+}
+
+// pairCost is what pairs [this sidecar, a variant] say the sidecar costs
+// over the variant: 1 − this÷variant in requests/s (median and
+// interquartile range over the pairs) and in CPU per request (median).
+type pairCost struct {
+	n                 int
+	wall, lo, hi, cpu float64
+}
+
+func costOf(pairs [][2]wrkResult) pairCost {
+	var wall, cpu []float64
+	for _, pr := range pairs {
+		wall = append(wall, 1-pr[0].rps/pr[1].rps)
+		cpu = append(cpu, 1-pr[1].cpuPerReq/pr[0].cpuPerReq)
+	}
+	lo, hi := quartiles(wall)
+	return pairCost{n: len(pairs), wall: median(wall), lo: lo, hi: hi, cpu: median(cpu)}
+}
+
+// copyBinary copies the executable at path into a new temp dir: the same
+// build from another file, for the A/A control.
+func copyBinary(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("copy %s: %w", path, err)
+	}
+	dir, err := os.MkdirTemp("", "ebb-bench-copy")
+	if err != nil {
+		return "", fmt.Errorf("temp dir: %w", err)
+	}
+	out := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(out, b, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("copy %s: %w", path, err)
+	}
+	return out, nil
 }
 
 // wrap prefixes argv with the pinning to cpu and the nice level.
@@ -740,11 +831,26 @@ func writeScript() (string, error) {
 
 type wrkResult struct {
 	n         int
+	secs      float64 // wall clock
 	rps       float64
 	wrkCPU    float64 // seconds of CPU wrk used
+	cpu       float64 // seconds of CPU wrk, the app and the proxy used
 	cpuPerReq float64 // seconds of CPU (wrk + app + proxy) per request
 	p50, p99  float64 // µs
 	errors    int
+}
+
+// plus is r and s as one run: their requests over their time; the
+// percentiles are the mean of the two (the pairs use only the rates).
+func (r wrkResult) plus(s wrkResult) wrkResult {
+	if r.n == 0 {
+		return s
+	}
+	out := wrkResult{n: r.n + s.n, secs: r.secs + s.secs, wrkCPU: r.wrkCPU + s.wrkCPU, cpu: r.cpu + s.cpu,
+		p50: (r.p50 + s.p50) / 2, p99: (r.p99 + s.p99) / 2, errors: r.errors + s.errors}
+	out.rps = float64(out.n) / out.secs
+	out.cpuPerReq = out.cpu / float64(out.n)
+	return out
 }
 
 func wrk(c benchConfig, script string, port, conns int) (wrkResult, error) {
@@ -766,6 +872,7 @@ func wrk(c benchConfig, script string, port, conns int) (wrkResult, error) {
 		var secs float64
 		var r wrkResult
 		if _, err := fmt.Sscanf(line, "EBB %d %f %f %f %d", &r.n, &secs, &r.p50, &r.p99, &r.errors); err == nil {
+			r.secs = secs
 			r.rps = float64(r.n) / secs
 			r.wrkCPU = wrkCPU
 			return r, nil
