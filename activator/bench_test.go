@@ -28,7 +28,7 @@ func BenchmarkWarmHandlerChain(b *testing.B) {
 	defer app.Close()
 	dp := NewRouter(RouterOptions{})
 	defer dp.Close()
-	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}})
+	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}}, nil)
 	dp.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

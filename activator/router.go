@@ -122,7 +122,7 @@ func NewRouter(opts RouterOptions) *Router {
 		apps: map[routing.Key]*app{},
 	}
 	d.parking.d = d
-	d.table.Store(routing.Build[*app](nil))
+	d.table.Store(routing.Build[*app](nil, nil))
 	return d
 }
 
@@ -195,9 +195,9 @@ func (d *Router) getApp(key routing.Key) *app {
 	return a
 }
 
-// SetRoutes replaces the routing table. Apps no longer routed answer their
-// held requests at once (503).
-func (d *Router) SetRoutes(routes []routing.Route[AppConfig]) {
+// SetRoutes replaces the routing table, with the domains claims bind to
+// namespaces. Apps no longer routed answer their held requests at once (503).
+func (d *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Claims) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	rs := make([]routing.Route[*app], 0, len(routes))
@@ -212,7 +212,7 @@ func (d *Router) SetRoutes(routes []routing.Route[AppConfig]) {
 		keep[r.Key] = true
 		rs = append(rs, routing.Route[*app]{Key: r.Key, Generation: r.Generation, Created: r.Created, Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Service: r.Service, ClusterIPs: r.ClusterIPs, Value: a})
 	}
-	t := routing.Build(rs)
+	t := routing.Build(rs, claims)
 	d.table.Store(t)
 	d.opts.Metrics.routes.Set(float64(t.Len()))
 	for k, a := range d.apps {
@@ -231,7 +231,7 @@ func (d *Router) SetRoutes(routes []routing.Route[AppConfig]) {
 		}
 	}
 	for _, c := range t.Conflicts {
-		d.opts.Log.V(1).Info("host claimed by two AppRoutes; the older serves it", "host", c.Host, "prefix", c.Prefix, "winner", c.Winner.String(), "loser", c.Loser.String())
+		d.opts.Log.V(1).Info("a host an AppRoute claims is not routed to it", "host", c.Host, "prefix", c.Prefix, "reason", c.Reason, "winner", c.Winner.String(), "loser", c.Loser.String())
 	}
 }
 

@@ -52,7 +52,7 @@ func rigProtocols(t *testing.T, opts RouterOptions, cfg AppConfig, h2c bool) (*R
 	rec := &recorder{}
 	opts.Pusher = rec
 	dp := NewRouter(opts)
-	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}, Value: cfg}})
+	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}, Value: cfg}}, nil)
 	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	if h2c {
 		srv.Protocols = new(http.Protocols)
@@ -190,7 +190,7 @@ func TestFairShare(t *testing.T) {
 	dp.SetRoutes([]routing.Route[AppConfig]{
 		{Key: shopHello, Hosts: []string{"hello.test"}},
 		{Key: other, Hosts: []string{"other.test"}},
-	})
+	}, nil)
 	type answer struct {
 		code       int
 		retryAfter string
@@ -230,7 +230,7 @@ func TestColdStartTimeoutIs504NamingAppAndWait(t *testing.T) {
 	if took := time.Since(start); took < 150*time.Millisecond || took > 2*time.Second {
 		t.Errorf("answered after %s, want the app's 150ms timeout", took)
 	}
-	if code != http.StatusGatewayTimeout || !strings.Contains(body, "shop/hello") || !strings.Contains(body, "after 15") {
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "shop/hello") || !strings.Contains(body, "had no ready pod after 1") || !strings.Contains(body, "(cold-start timeout 150ms)") {
 		t.Errorf("got %d %q, want 504 naming shop/hello and the wait", code, body)
 	}
 	if dp.Held() != 0 || cmp.Diff([]int64{1, 0}, rec.values()) != "" {
@@ -302,7 +302,7 @@ func TestRouteDeletedWhileHeldIs503(t *testing.T) {
 	done := make(chan int, 1)
 	go func() { code, _, _ := do(t, t.Context(), url, "hello.test"); done <- code }()
 	waitHeld(t, dp, 1)
-	dp.SetRoutes(nil)
+	dp.SetRoutes(nil, nil)
 	if code := <-done; code != http.StatusServiceUnavailable {
 		t.Errorf("got %d, want 503", code)
 	}

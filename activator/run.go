@@ -154,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 		return []manager.Runnable{h, p, manager.RunnableFunc(ho.watchPeers)}, nil
 	}
 
-	table, err := newLoop(mgr, "routing-table", src, 0, &routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
+	table, err := newLoop(mgr, "routing-table", src, 0, &routingv1alpha1.AppRoute{}, &routingv1alpha1.DomainClaim{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
 	if err != nil {
 		return fmt.Errorf("routing-table controller: %w", err)
 	}
@@ -550,7 +550,7 @@ func newManager(cfg *rest.Config, opts Options, names groupsuffix.Names, log log
 	}
 	// Informers for every kind a loop reads, so the first cache sync waits
 	// for all of them.
-	for _, obj := range append([]client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(opts)...) {
+	for _, obj := range append([]client.Object{&routingv1alpha1.AppRoute{}, &routingv1alpha1.DomainClaim{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(opts)...) {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return nil, fmt.Errorf("watch %T: %w", obj, err)
 		}

@@ -117,6 +117,21 @@ func (s *sources) cachedRoutes(ctx context.Context) []*routingv1alpha1.AppRoute 
 	return out
 }
 
+// domainClaims are the DomainClaims in the cache: domain → namespace. On a
+// failed list the last table's claims stay in force (the router keeps them).
+func (s *sources) domainClaims(ctx context.Context) routing.Claims {
+	var list routingv1alpha1.DomainClaimList
+	if err := s.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		s.log.Error(err, "list DomainClaims from the cache")
+		return nil
+	}
+	claims := make(routing.Claims, len(list.Items))
+	for _, c := range list.Items {
+		claims[c.Name] = c.Spec.Namespace
+	}
+	return claims
+}
+
 func (s *sources) service(ctx context.Context, ns, name string) *corev1.Service {
 	var svc corev1.Service
 	if err := s.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
@@ -204,7 +219,7 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 	for _, e := range endpoints {
 		s.router.SetEndpoints(e.key, e.eps)
 	}
-	s.router.SetRoutes(table)
+	s.router.SetRoutes(table, s.domainClaims(ctx))
 	if s.onScalers != nil && s.opts.ScalerService != "" {
 		s.onScalers(s.scalerAddresses(ctx))
 	}

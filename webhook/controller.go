@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,6 +43,7 @@ import (
 //
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=routing.ebb.dev,resources=domainclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
@@ -120,6 +122,10 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 			}
 			return reqs
 		})).
+		// A DomainClaim decides which namespace serves its domain.
+		Watches(&routingv1alpha1.DomainClaim{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.routesClaiming(ctx, nil, underDomain(o.GetName()))
+		})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace(func(*routingv1alpha1.AppRoute, client.Object) bool { return true }))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace(func(route *routingv1alpha1.AppRoute, o client.Object) bool {
 			return route.Spec.Service.Name != "" && o.GetLabels()[discoveryv1.LabelServiceName] == route.Spec.Service.Name
@@ -167,12 +173,20 @@ func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string)
 }
 
 // sharingHosts are the Deployments of the other AppRoutes, in any
-// namespace, that claim one of route's hosts: route's change may decide
-// which of them serves it.
+// namespace, that claim one of route's hosts or one of its Service's
+// cluster names: route's change may decide which of them serves it.
 func (r *routeReconciler) sharingHosts(ctx context.Context, route *routingv1alpha1.AppRoute) []reconcile.Request {
-	if len(route.Spec.Hosts) == 0 {
-		return nil
+	names := slices.Clone(route.Spec.Hosts)
+	if svc := route.Spec.Service.Name; svc != "" {
+		base := svc + "." + route.Namespace
+		names = append(names, base, base+".svc", base+".svc."+routing.ClusterDomain)
 	}
+	return r.routesClaiming(ctx, route, func(h string) bool { return slices.Contains(names, h) })
+}
+
+// routesClaiming are the Deployments of the AppRoutes, but except's, with
+// a host for which claims is true.
+func (r *routeReconciler) routesClaiming(ctx context.Context, except *routingv1alpha1.AppRoute, claims func(host string) bool) []reconcile.Request {
 	var list routingv1alpha1.AppRouteList
 	if err := r.routes.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		r.log.Error(err, "list AppRoutes")
@@ -181,19 +195,28 @@ func (r *routeReconciler) sharingHosts(ctx context.Context, route *routingv1alph
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		o := &list.Items[i]
-		if (o.Namespace == route.Namespace && o.Name == route.Name) || o.Spec.ScaleTargetRef.Name == "" {
+		if except != nil && o.Namespace == except.Namespace && o.Name == except.Name || o.Spec.ScaleTargetRef.Name == "" {
 			continue
 		}
-		if slices.ContainsFunc(o.Spec.Hosts, func(h string) bool { return slices.Contains(route.Spec.Hosts, h) }) {
+		if slices.ContainsFunc(o.Spec.Hosts, claims) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Spec.ScaleTargetRef.Name}})
 		}
 	}
 	return reqs
 }
 
+// underDomain is true for a host (or wildcard) that is domain or lies under it.
+func underDomain(domain string) func(string) bool {
+	return func(h string) bool {
+		h = strings.TrimPrefix(h, "*.")
+		return h == domain || strings.HasSuffix(h, "."+domain)
+	}
+}
+
 // conflicted is the Conflicted condition of route: the hosts and paths it
-// claims that an older AppRoute of the instance serves instead, by the
-// activators' own rule (package routing).
+// claims and does not serve, by the activators' own rule (package routing):
+// an older AppRoute's, another namespace's cluster names, a domain a
+// DomainClaim binds to another namespace, or not a host name at all.
 func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1.AppRoute) (metav1.Condition, error) {
 	cond := metav1.Condition{Type: routingv1alpha1.ConditionConflicted, ObservedGeneration: route.Generation,
 		Status: metav1.ConditionFalse, Reason: "NoConflict", Message: "this route serves every host and path it claims"}
@@ -204,27 +227,56 @@ func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1
 	if err := r.routes.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return cond, fmt.Errorf("list AppRoutes: %w", err)
 	}
+	claims, err := r.domainClaims(ctx)
+	if err != nil {
+		return cond, err
+	}
 	rs := make([]routing.Route[struct{}], len(list.Items))
 	for i, o := range list.Items {
+		// A Service's cluster names count; its ClusterIPs need not: no
+		// host may be an IP literal.
 		rs[i] = routing.Route[struct{}]{Key: routing.Key{Namespace: o.Namespace, Name: o.Name}, Created: o.CreationTimestamp.Time,
-			Hosts: o.Spec.Hosts, PathPrefixes: o.Spec.PathPrefixes}
+			Hosts: o.Spec.Hosts, PathPrefixes: o.Spec.PathPrefixes, Service: o.Spec.Service.Name}
 	}
 	me := routing.Key{Namespace: route.Namespace, Name: route.Name}
 	var lost []string
-	for _, c := range routing.Build(rs).Conflicts {
-		if c.Loser == me {
-			host := c.Host // a wildcard's is its suffix
-			if !slices.Contains(route.Spec.Hosts, host) && slices.Contains(route.Spec.Hosts, "*."+host) {
-				host = "*." + host
-			}
-			lost = append(lost, fmt.Sprintf("host %s path %s (AppRoute %s/%s)", host, c.Prefix, c.Winner.Namespace, c.Winner.Name))
+	reason := ""
+	for _, c := range routing.Build(rs, claims).Conflicts {
+		if c.Loser != me {
+			continue
 		}
+		host := c.Host // a wildcard's is its suffix
+		if !slices.Contains(route.Spec.Hosts, host) && slices.Contains(route.Spec.Hosts, "*."+host) {
+			host = "*." + host
+		}
+		switch c.Reason {
+		case routing.ReasonOlderRoute, routing.ReasonServiceName:
+			lost = append(lost, fmt.Sprintf("host %s path %s (%s: AppRoute %s/%s serves it)", host, c.Prefix, c.Reason, c.Winner.Namespace, c.Winner.Name))
+		default:
+			lost = append(lost, fmt.Sprintf("host %s (%s)", host, c.Reason))
+		}
+		// The first reason names the condition; the message lists all.
+		reason = cmp.Or(reason, c.Reason)
 	}
 	if len(lost) > 0 {
-		cond.Status, cond.Reason = metav1.ConditionTrue, "ClaimedByOlderRoute"
-		cond.Message = "served by an older AppRoute, not this one: " + strings.Join(lost, ", ") + "; give each app hosts or paths of its own"
+		cond.Status, cond.Reason = metav1.ConditionTrue, reason
+		cond.Message = "not served by this route: " + strings.Join(lost, ", ") +
+			"; give each app hosts or paths of its own (a namespace's Service names and the domains a DomainClaim binds to a namespace route only to that namespace)"
 	}
 	return cond, nil
+}
+
+// domainClaims are this instance's DomainClaims: domain → namespace.
+func (r *routeReconciler) domainClaims(ctx context.Context) (routing.Claims, error) {
+	var list routingv1alpha1.DomainClaimList
+	if err := r.routes.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list DomainClaims: %w", err)
+	}
+	claims := make(routing.Claims, len(list.Items))
+	for _, c := range list.Items {
+		claims[c.Name] = c.Spec.Namespace
+	}
+	return claims, nil
 }
 
 // podsInjected is the PodsInjected condition of route: whether every live

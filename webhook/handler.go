@@ -44,6 +44,9 @@ func (h *podInjector) handle(_ context.Context, req admission.Request) (admissio
 	if err := h.decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode pod: %w", err)), resultError
 	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace // the hosts it may list depend on it
+	}
 	out, warnings, err := inject.Inject(pod, h.cfg)
 	var refusal *inject.RefusalError
 	switch {

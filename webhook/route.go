@@ -75,7 +75,7 @@ func injectors(nsLabels, podLabels map[string]string) []groupsuffix.Names {
 // desired is the AppRoute of d's pod template, with the Service it found
 // (nil if none).
 func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1alpha1.AppRoute, inject.App, *corev1.Service, error) {
-	app, err := inject.ParseApp(&d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec, r.cfg)
+	app, err := inject.ParseApp(d.Namespace, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec, r.cfg)
 	if err != nil {
 		return nil, inject.App{}, nil, err
 	}

@@ -39,8 +39,9 @@ type Route[V any] struct {
 const ClusterDomain = "cluster.local"
 
 type prefixEntry[V any] struct {
-	prefix string
-	route  *Route[V]
+	prefix  string
+	route   *Route[V]
+	service bool // a Service's own cluster name or ClusterIP
 }
 
 // hostEntry holds the routes of one host, longest path prefix first.
@@ -53,23 +54,64 @@ type Table[V any] struct {
 	exact    map[string]*hostEntry[V]
 	wildcard map[string]*hostEntry[V] // keyed by the suffix after "*."
 	routes   map[Key]*Route[V]
+	claims   Claims
 	// Conflicts lists, for each losing claim, the route that lost and the
 	// host and prefix it lost on, so they can be reported.
 	Conflicts []Conflict
 }
 
-// Conflict is a host and path prefix claimed by two routes; Winner serves it.
+// Conflict is a host and path prefix that Loser claims and does not serve:
+// Winner serves it instead (when another route does), and Reason says why.
 type Conflict struct {
 	Host, Prefix  string
 	Winner, Loser Key
+	Reason        string
 }
 
-// Build makes a table of routes. A host and prefix claimed by several routes
-// goes to the oldest (then the smallest namespace/name); the others are
-// listed in Conflicts. A Service's short name ("web") is shared by every
-// namespace, so it routes only when one route claims it.
-func Build[V any](routes []Route[V]) *Table[V] {
+// Why a route does not serve a host it claims (Conflict.Reason).
+const (
+	// ReasonOlderRoute: an older route of the same standing claims the host
+	// and prefix.
+	ReasonOlderRoute = "ClaimedByOlderRoute"
+	// ReasonServiceName: the host is a Service's cluster name or ClusterIP,
+	// which route only to the Service's own namespace.
+	ReasonServiceName = "ServiceOfAnotherNamespace"
+	// ReasonClusterName: the host is in the cluster domain (x.<ns>.svc,
+	// x.<ns>.svc.cluster.local, ...) of another namespace, or covers it.
+	ReasonClusterName = "ClusterNameOfAnotherNamespace"
+	// ReasonDomainClaim: a DomainClaim binds the host's domain to another
+	// namespace.
+	ReasonDomainClaim = "DomainClaimedByAnotherNamespace"
+	// ReasonNotAHostName: an IP literal or a single-label name, which only a
+	// Service's own ClusterIP and short name may be.
+	ReasonNotAHostName = "NotAHostName"
+)
+
+// Claims binds domains to namespaces (a cluster admin's DomainClaims): the
+// key is a lowercase domain, the value the only namespace whose routes may
+// claim it or any name under it; the most specific claim of a name decides.
+type Claims map[string]string
+
+// Build makes a table of routes. A namespace's own names go to that
+// namespace only, whatever another route claims or how old it is: first
+// every Service's cluster DNS names and ClusterIPs are claimed by the routes
+// that name the Service, then the routes' hosts, and a host is skipped
+// (listed in Conflicts with its reason) when it is an IP literal or a
+// single label, lies in another namespace's part of the cluster domain, or
+// is bound by claims to another namespace. A host and prefix claimed by
+// several routes goes to the oldest (then the smallest namespace/name); the
+// others are listed in Conflicts. A Service's short name ("web") is shared
+// by every namespace, so it routes only when one route claims it.
+func Build[V any](routes []Route[V], claims Claims) *Table[V] {
 	t := &Table[V]{exact: map[string]*hostEntry[V]{}, wildcard: map[string]*hostEntry[V]{}, routes: make(map[Key]*Route[V], len(routes))}
+	for d, ns := range claims {
+		if d = normalizeHost(d); d != "" && ns != "" && !inClusterDomain(d) {
+			if t.claims == nil {
+				t.claims = Claims{}
+			}
+			t.claims[d] = ns
+		}
+	}
 	rs := make([]*Route[V], 0, len(routes))
 	for i := range routes {
 		r := &routes[i]
@@ -92,47 +134,73 @@ func Build[V any](routes []Route[V]) *Table[V] {
 			shortNames[r.Service]++
 		}
 	}
-	for _, r := range rs {
+	// claim gives host and the route's prefixes to r unless taken; service
+	// marks a Service's own name.
+	claim := func(r *Route[V], m map[string]*hostEntry[V], host string, service bool) {
 		prefixes := r.PathPrefixes
 		if len(prefixes) == 0 {
 			prefixes = []string{"/"}
 		}
-		claim := func(m map[string]*hostEntry[V], host string) {
-			e := m[host]
-			if e == nil {
-				e = &hostEntry[V]{}
-				m[host] = e
-			}
-			for _, p := range prefixes {
-				if i := slices.IndexFunc(e.prefixes, func(pe prefixEntry[V]) bool { return pe.prefix == p }); i >= 0 {
-					if e.prefixes[i].route != r {
-						t.Conflicts = append(t.Conflicts, Conflict{Host: host, Prefix: p, Winner: e.prefixes[i].route.Key, Loser: r.Key})
+		e := m[host]
+		if e == nil {
+			e = &hostEntry[V]{}
+			m[host] = e
+		}
+		for _, p := range prefixes {
+			if i := slices.IndexFunc(e.prefixes, func(pe prefixEntry[V]) bool { return pe.prefix == p }); i >= 0 {
+				if w := e.prefixes[i]; w.route != r {
+					why := ReasonOlderRoute
+					if w.service && w.route.Key.Namespace != r.Key.Namespace {
+						why = ReasonServiceName
 					}
-					continue
+					t.Conflicts = append(t.Conflicts, Conflict{Host: host, Prefix: p, Winner: w.route.Key, Loser: r.Key, Reason: why})
 				}
-				e.prefixes = append(e.prefixes, prefixEntry[V]{prefix: p, route: r})
+				continue
 			}
+			e.prefixes = append(e.prefixes, prefixEntry[V]{prefix: p, route: r, service: service})
 		}
-		for _, h := range r.Hosts {
-			h = normalizeHost(h)
-			if suffix, ok := strings.CutPrefix(h, "*."); ok {
-				claim(t.wildcard, suffix)
-			} else if h != "" {
-				claim(t.exact, h)
-			}
+	}
+	refuse := func(r *Route[V], host, reason string) {
+		prefixes := r.PathPrefixes
+		if len(prefixes) == 0 {
+			prefixes = []string{"/"}
 		}
+		for _, p := range prefixes {
+			t.Conflicts = append(t.Conflicts, Conflict{Host: host, Prefix: p, Loser: r.Key, Reason: reason})
+		}
+	}
+	// A namespace's own names first, whatever the age of other claims.
+	for _, r := range rs {
 		if r.Service != "" {
 			base := r.Service + "." + r.Key.Namespace
 			for _, h := range []string{base, base + ".svc", base + ".svc." + ClusterDomain} {
-				claim(t.exact, h)
+				claim(r, t.exact, h, true)
 			}
 			if shortNames[r.Service] == 1 {
-				claim(t.exact, r.Service)
+				claim(r, t.exact, r.Service, true)
 			}
 		}
 		for _, ip := range r.ClusterIPs {
 			if ip != "" && ip != "None" {
-				claim(t.exact, strings.Trim(strings.ToLower(ip), "[]"))
+				claim(r, t.exact, strings.Trim(strings.ToLower(ip), "[]"), true)
+			}
+		}
+	}
+	for _, r := range rs {
+		for _, h := range r.Hosts {
+			h = normalizeHost(h)
+			if h == "" {
+				continue
+			}
+			name, wild := strings.CutPrefix(h, "*.")
+			if reason := t.refusal(name, wild, r.Key.Namespace); reason != "" {
+				refuse(r, h, reason)
+				continue
+			}
+			if wild {
+				claim(r, t.wildcard, name, false)
+			} else {
+				claim(r, t.exact, name, false)
 			}
 		}
 	}
@@ -142,6 +210,60 @@ func Build[V any](routes []Route[V]) *Table[V] {
 		}
 	}
 	return t
+}
+
+// refusal is why a route of namespace ns may not claim name (the part after
+// "*." of a wildcard), or "".
+func (t *Table[V]) refusal(name string, wild bool, ns string) string {
+	if net.ParseIP(name) != nil || !strings.Contains(name, ".") {
+		return ReasonNotAHostName
+	}
+	if owner, ok := ClusterDomainNamespace(name); ok && owner != ns {
+		return ReasonClusterName
+	}
+	if owner, ok := t.claimOf(name); ok && owner != ns {
+		return ReasonDomainClaim
+	}
+	return ""
+}
+
+// ClusterDomainNamespace reports whether name lies in the cluster's own DNS
+// names (".svc", ".svc.cluster.local", anything else under "cluster.local")
+// and which namespace owns it: the label before "svc" or "pod", or "" for a
+// name no namespace owns (cluster.local, svc.cluster.local, ...).
+func ClusterDomainNamespace(name string) (string, bool) {
+	name = strings.TrimSuffix(name, "."+ClusterDomain)
+	switch {
+	case name == ClusterDomain:
+		return "", true
+	case strings.HasSuffix(name, ".svc"), strings.HasSuffix(name, ".pod"):
+		rest := name[:len(name)-4]
+		return rest[strings.LastIndexByte(rest, '.')+1:], true
+	case name == "svc" || name == "pod":
+		return "", true
+	}
+	return "", inClusterDomain(name)
+}
+
+func inClusterDomain(name string) bool {
+	return name == ClusterDomain || strings.HasSuffix(name, "."+ClusterDomain)
+}
+
+// claimOf finds the most specific domain claim that covers name.
+func (t *Table[V]) claimOf(name string) (string, bool) {
+	if len(t.claims) == 0 {
+		return "", false
+	}
+	for rest := name; ; {
+		if ns, ok := t.claims[rest]; ok {
+			return ns, true
+		}
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			return "", false
+		}
+		rest = rest[i+1:]
+	}
 }
 
 // Lookup finds the route of a request by its Host (with or without port,
@@ -168,6 +290,11 @@ func (t *Table[V]) Lookup(host, path string) (*Route[V], bool) {
 		rest = rest[i+1:]
 		if e, ok := t.wildcard[rest]; ok {
 			if r := e.match(path); r != nil {
+				// A name under the wildcard may be bound to another
+				// namespace more specifically than the wildcard itself.
+				if owner, ok := t.claimOf(host); ok && owner != r.Key.Namespace {
+					return nil, false
+				}
 				return r, true
 			}
 		}
@@ -237,5 +364,5 @@ func normalizeHost(h string) string {
 	if host, _, err := net.SplitHostPort(h); err == nil {
 		h = host
 	}
-	return h
+	return strings.Trim(h, "[]")
 }

@@ -21,7 +21,7 @@ func TestLookupPrecedence(t *testing.T) {
 		// Younger claim of the same host and prefix loses.
 		{Key: Key{"other", "late"}, Hosts: []string{"hello.example.com"}, Value: "late", Created: t0.Add(time.Second)},
 	}
-	tab := Build(routes)
+	tab := Build(routes, nil)
 	cases := []struct {
 		host, path string
 		want       string // "" = no route
@@ -62,14 +62,14 @@ func TestLookupPrecedence(t *testing.T) {
 			t.Errorf("Lookup(%q, %q) = %q, want %q", c.host, c.path, got, c.want)
 		}
 	}
-	want := []Conflict{{Host: "hello.example.com", Prefix: "/", Winner: Key{"shop", "exact"}, Loser: Key{"other", "late"}}}
+	want := []Conflict{{Host: "hello.example.com", Prefix: "/", Winner: Key{"shop", "exact"}, Loser: Key{"other", "late"}, Reason: ReasonOlderRoute}}
 	if d := cmp.Diff(want, tab.Conflicts); d != "" {
 		t.Errorf("conflicts (-want +got):\n%s", d)
 	}
 }
 
 func TestPrefixesOnlyRestrict(t *testing.T) {
-	tab := Build([]Route[int]{{Key: Key{"a", "b"}, Hosts: []string{"x.test"}, PathPrefixes: []string{"/only"}, Value: 1}})
+	tab := Build([]Route[int]{{Key: Key{"a", "b"}, Hosts: []string{"x.test"}, PathPrefixes: []string{"/only"}, Value: 1}}, nil)
 	if _, ok := tab.Lookup("x.test", "/other"); ok {
 		t.Error("a path outside every prefix routed")
 	}
@@ -89,12 +89,12 @@ func TestNilAndEmptyTables(t *testing.T) {
 	if nilTab.Len() != 0 {
 		t.Error("nil table has routes")
 	}
-	tab := Build[int](nil)
+	tab := Build[int](nil, nil)
 	if _, ok := tab.Lookup("a.b", "/"); ok {
 		t.Error("empty table routed")
 	}
 	// A duplicate key keeps the first.
-	tab = Build([]Route[int]{{Key: Key{"a", "b"}, Hosts: []string{"x.test"}, Value: 1}, {Key: Key{"a", "b"}, Hosts: []string{"y.test"}, Value: 2}})
+	tab = Build([]Route[int]{{Key: Key{"a", "b"}, Hosts: []string{"x.test"}, Value: 1}, {Key: Key{"a", "b"}, Hosts: []string{"y.test"}, Value: 2}}, nil)
 	if _, ok := tab.Lookup("y.test", "/"); ok || tab.Len() != 1 {
 		t.Errorf("duplicate key: len %d, y.test routed %v", tab.Len(), ok)
 	}
@@ -106,11 +106,121 @@ func BenchmarkLookup(b *testing.B) {
 		routes = append(routes, Route[int]{Key: Key{"ns", string(rune('a'+i%26)) + string(rune('a'+i/26))}, Hosts: []string{string(rune('a'+i%26)) + string(rune('a'+i/26)) + ".example.com"}, Value: i})
 	}
 	routes = append(routes, Route[int]{Key: Key{"ns", "wild"}, Hosts: []string{"*.wild.test"}})
-	tab := Build(routes)
+	tab := Build(routes, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, ok := tab.Lookup("deep.x.wild.test:80", "/a/b"); !ok {
 			b.Fatal("no route")
 		}
+	}
+}
+
+// A tenant's app created first in another namespace, listing every form of
+// shop's Service address, gets none of shop's requests (issue 34).
+func TestNamespaceOwnsItsServiceNames(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	squat := Key{"b", "squat"}
+	routes := []Route[string]{
+		{Key: squat, Created: t0, Value: "squat", Hosts: []string{
+			"api.shop.svc.cluster.local", "API.shop.svc.cluster.local.", "api.shop.svc", "api.shop", "api", "198.19.0.20", "[fd00::20]",
+			"*.shop.svc.cluster.local", "*.svc.cluster.local", "*.cluster.local", "*.shop", "x.pod.cluster.local", "squat.example.com"}},
+		{Key: Key{"shop", "api"}, Created: t0.Add(3 * time.Second), Value: "shop", Service: "api", ClusterIPs: []string{"198.19.0.20", "fd00::20"}},
+	}
+	tab := Build(routes, nil)
+	for _, host := range []string{
+		"api.shop.svc.cluster.local", "API.SHOP.SVC.CLUSTER.LOCAL:80", "api.shop.svc.cluster.local.", "api.shop.svc.cluster.local.:80",
+		"api.shop.svc", "api.shop", "api", "api:80", "198.19.0.20", "198.19.0.20:80", "[fd00::20]:80",
+	} {
+		if r, ok := tab.Lookup(host, "/"); !ok || r.Value != "shop" {
+			t.Errorf("Lookup(%q) = %v, %v; want shop's app", host, r, ok)
+		}
+	}
+	for _, host := range []string{"other.shop.svc.cluster.local", "x.svc.cluster.local", "x.pod.cluster.local"} {
+		if r, ok := tab.Lookup(host, "/"); ok {
+			t.Errorf("Lookup(%q) = %s; want no route", host, r.Value)
+		}
+	}
+	if r, ok := tab.Lookup("squat.example.com", "/"); !ok || r.Value != "squat" {
+		t.Errorf("the squatter's own host does not route to it")
+	}
+	reasons := map[string]string{}
+	for _, c := range tab.Conflicts {
+		if c.Loser != squat {
+			t.Errorf("conflict lost by %s, want only the squatter's: %+v", c.Loser, c)
+		}
+		reasons[c.Host] = c.Reason
+	}
+	want := map[string]string{
+		"api.shop.svc.cluster.local": ReasonClusterName,
+		"api.shop.svc":               ReasonClusterName,
+		"api.shop":                   ReasonServiceName,
+		"api":                        ReasonNotAHostName,
+		"198.19.0.20":                ReasonNotAHostName,
+		"fd00::20":                   ReasonNotAHostName,
+		"*.shop.svc.cluster.local":   ReasonClusterName,
+		"*.svc.cluster.local":        ReasonClusterName,
+		"*.cluster.local":            ReasonClusterName,
+		"*.shop":                     ReasonNotAHostName,
+		"x.pod.cluster.local":        ReasonClusterName,
+	}
+	if d := cmp.Diff(want, reasons); d != "" {
+		t.Errorf("the squatter's refused hosts (-want +got):\n%s", d)
+	}
+}
+
+// A namespace's own route may list its own cluster names.
+func TestOwnClusterNamesAllowed(t *testing.T) {
+	tab := Build([]Route[string]{{Key: Key{"shop", "web"}, Value: "web", Hosts: []string{"web-canary.shop.svc.cluster.local", "*.shop.svc"}}}, nil)
+	for _, host := range []string{"web-canary.shop.svc.cluster.local", "x.shop.svc"} {
+		if _, ok := tab.Lookup(host, "/"); !ok {
+			t.Errorf("Lookup(%q): own cluster name not routed", host)
+		}
+	}
+	if len(tab.Conflicts) != 0 {
+		t.Errorf("conflicts: %+v", tab.Conflicts)
+	}
+}
+
+// A domain bound to a namespace routes only to that namespace's apps, older
+// claims of other namespaces or not; the most specific binding decides.
+func TestDomainClaims(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	routes := []Route[string]{
+		{Key: Key{"b", "squat"}, Created: t0, Value: "squat", Hosts: []string{"shop.example.com", "*.example.com", "free.test"}},
+		{Key: Key{"shop", "web"}, Created: t0.Add(time.Second), Value: "shop", Hosts: []string{"shop.example.com", "*.team.example.com"}},
+		{Key: Key{"team", "web"}, Created: t0.Add(time.Second), Value: "team", Hosts: []string{"web.team.example.com"}},
+		{Key: Key{"c", "late"}, Created: t0.Add(time.Second), Value: "late", Hosts: []string{"free.test"}},
+	}
+	claims := Claims{"Example.com.": "shop", "team.example.com": "team", "svc.cluster.local": "b"}
+	tab := Build(routes, claims)
+	cases := map[string]string{
+		"shop.example.com":     "shop",
+		"other.example.com":    "", // b's wildcard is refused: example.com is shop's
+		"web.team.example.com": "team",
+		"x.team.example.com":   "", // shop's wildcard is refused: team holds the narrower claim
+		"free.test":            "squat",
+		"api.shop.svc":         "",
+	}
+	for host, want := range cases {
+		got := ""
+		if r, ok := tab.Lookup(host, "/"); ok {
+			got = r.Value
+		}
+		if got != want {
+			t.Errorf("Lookup(%q) = %q, want %q", host, got, want)
+		}
+	}
+	var got []string
+	for _, c := range tab.Conflicts {
+		got = append(got, c.Loser.String()+" "+c.Host+" "+c.Reason)
+	}
+	want := []string{
+		"b/squat shop.example.com " + ReasonDomainClaim,
+		"b/squat *.example.com " + ReasonDomainClaim,
+		"c/late free.test " + ReasonOlderRoute,
+		"shop/web *.team.example.com " + ReasonDomainClaim,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("conflicts (-want +got):\n%s", d)
 	}
 }

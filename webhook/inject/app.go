@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -9,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ebb-dev/ebb/activator/routing"
 )
 
 // Annotation names, each prefixed with "<suffix>/" (groupsuffix.Names.Key).
@@ -120,8 +123,9 @@ func (e *RefusalError) Error() string {
 }
 
 // ParseApp reads and validates the app label and the annotations of a pod or
-// pod template. Every problem is reported at once in a *RefusalError.
-func ParseApp(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) (App, error) {
+// pod template in namespace. Every problem is reported at once in a
+// *RefusalError.
+func ParseApp(namespace string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) (App, error) {
 	n := cfg.Names
 	var app App
 	var problems []Problem
@@ -140,10 +144,10 @@ func ParseApp(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) (App, e
 	}
 
 	if v, ok := meta.Annotations[n.HostsAnnotation()]; ok {
-		hosts, probs := parseHosts(v)
+		hosts, probs := parseHosts(v, namespace)
 		app.Hosts = hosts
 		for _, p := range probs {
-			bad("annotation", n.HostsAnnotation(), v, p, "list lowercase DNS names or *.wildcards separated by commas, e.g. \"hello.example.com,*.hello.example.com\"")
+			bad("annotation", n.HostsAnnotation(), v, p, "list lowercase DNS names or *.wildcards separated by commas, e.g. \"hello.example.com,*.hello.example.com\"; the app's Service's own names and ClusterIP need no listing")
 		}
 	}
 	if v, ok := ann(AnnotationPaths); ok {
@@ -314,9 +318,10 @@ func describePorts(spec *corev1.PodSpec) string {
 	return strings.Join(s, ", ")
 }
 
-// parseHosts splits a comma-separated host list. It returns the hosts kept
-// (lowercase, de-duplicated) and one reason per bad entry.
-func parseHosts(v string) ([]string, []string) {
+// parseHosts splits a comma-separated host list of an app in namespace. It
+// returns the hosts kept (lowercase, de-duplicated) and one reason per bad
+// entry.
+func parseHosts(v, namespace string) ([]string, []string) {
 	var hosts, probs []string
 	seen := map[string]bool{}
 	for _, h := range strings.Split(v, ",") {
@@ -324,7 +329,7 @@ func parseHosts(v string) ([]string, []string) {
 		if h == "" {
 			continue
 		}
-		if reason := checkHost(h); reason != "" {
+		if reason := checkHost(h, namespace); reason != "" {
 			probs = append(probs, reason)
 			continue
 		}
@@ -339,7 +344,11 @@ func parseHosts(v string) ([]string, []string) {
 	return hosts, probs
 }
 
-func checkHost(h string) string {
+// checkHost is why an app of namespace may not list host h, or "". The
+// activators' routing table skips the same hosts (package routing): a
+// namespace's cluster names and its Services' ClusterIPs route only to its
+// own apps.
+func checkHost(h, namespace string) string {
 	name := h
 	if rest, ok := strings.CutPrefix(h, "*."); ok {
 		name = rest
@@ -350,8 +359,20 @@ func checkHost(h string) string {
 	if strings.ContainsAny(name, "*:/") {
 		return fmt.Sprintf("host %q: only a leading \"*.\" wildcard is allowed, without port or path", h)
 	}
+	if net.ParseIP(name) != nil {
+		return fmt.Sprintf("host %q is an IP address, which no app may list (the app's Service's ClusterIP is routed to it already)", h)
+	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Sprintf("host %q is not a lowercase DNS name", h)
+	}
+	if !strings.Contains(name, ".") {
+		return fmt.Sprintf("host %q is a single label, which is any namespace's Service name (the app's own Service's short name is routed to it already)", h)
+	}
+	if owner, ok := routing.ClusterDomainNamespace(name); ok && owner != namespace {
+		if owner == "" {
+			return fmt.Sprintf("host %q covers the cluster domain of every namespace", h)
+		}
+		return fmt.Sprintf("host %q is a cluster name of namespace %q, which routes only to that namespace's apps", h, owner)
 	}
 	return ""
 }

@@ -109,7 +109,7 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 		}
 		return out, []string{fmt.Sprintf("pod already has a container named %q (from another ebb instance?); %s leaves it alone and registers no route", ContainerName, cfg.Names.Suffix())}, nil
 	}
-	app, err := ParseApp(&out.ObjectMeta, &out.Spec, cfg)
+	app, err := ParseApp(out.Namespace, &out.ObjectMeta, &out.Spec, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -422,7 +422,7 @@ func TestParseApp(t *testing.T) {
 		p.Annotations["ebb.dev/placeholder"] = "true"
 		p.Annotations["ebb.dev/route-labels"] = " team=payments, example.com/tier=gold ,"
 	})
-	got, err := ParseApp(&p.ObjectMeta, &p.Spec, testCfg)
+	got, err := ParseApp(p.Namespace, &p.ObjectMeta, &p.Spec, testCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

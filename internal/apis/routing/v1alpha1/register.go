@@ -54,7 +54,12 @@ func AddToScheme(scheme *runtime.Scheme, group string) error {
 			}
 		}
 	}
-	scheme.AddKnownTypes(gv, &AppRoute{}, &AppRouteList{}, &FederatedScale{}, &FederatedScaleList{})
+	scheme.AddKnownTypes(gv, &AppRoute{}, &AppRouteList{}, &FederatedScale{}, &FederatedScaleList{}, &DomainClaim{}, &DomainClaimList{})
 	metav1.AddToGroupVersion(scheme, gv)
 	return nil
+}
+
+// DomainClaimResourceIn is the domainclaims resource in group.
+func DomainClaimResourceIn(group string) schema.GroupVersionResource {
+	return GroupVersion(group).WithResource(DomainClaimResource)
 }
