@@ -154,7 +154,7 @@ func (p *proxy) registry() *prometheus.Registry {
 		}, func() float64 { return float64(p.cnt.inFlight.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ebb_sidecar_requests_total",
-			Help: "Requests received since the sidecar started (kubelet probes excluded).",
+			Help: "Requests received since the sidecar started (kubelet probes go to the app's own port, not through the sidecar).",
 		}, func() float64 { return float64(p.cnt.total.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ebb_sidecar_upstream_errors_total",

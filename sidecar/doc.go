@@ -8,7 +8,11 @@
 // Invariants:
 //   - A request is in flight from its parsed head until its response is
 //     fully written (an upgrade until its tunnel closes; an h2c stream is one
-//     request), and counted once; kube-probe requests are not counted.
+//     request), and counted once. Every request that reaches the data port
+//     is counted: nothing a client sends (a kube-probe User-Agent, any
+//     header) exempts it. Kubelet probes stay uncounted because the webhook
+//     points the app container's probes at the app's own port, never at
+//     this one.
 //   - HTTP/1.1 framing sent to the app is re-emitted from what was parsed;
 //     bodies are streamed, never buffered whole, in both directions at once.
 //   - A pooled app connection is reused only after a clean response and a

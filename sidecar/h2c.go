@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"strings"
 	"sync"
 	"time"
 
@@ -74,10 +73,6 @@ func newH2CServer(p *proxy) *h2cServer {
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.arrived()
-		if strings.HasPrefix(r.Header.Get("User-Agent"), "kube-probe/") {
-			rp.ServeHTTP(w, r)
-			return
-		}
 		start := time.Now()
 		if p.cnt.on {
 			p.cnt.begin(start)

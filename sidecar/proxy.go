@@ -102,9 +102,6 @@ func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {
 // ServeRequest counts and proxies one request (h1.Handler).
 func (p *proxy) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	p.arrived()
-	if rq.Probe() {
-		return cc.RoundTrip(p.up, rq)
-	}
 	if p.cnt.on {
 		p.cnt.begin(cc.Began())
 		defer p.cnt.inFlight.Add(-1)

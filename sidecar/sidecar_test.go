@@ -240,15 +240,31 @@ func TestCountsUnderConcurrency(t *testing.T) {
 	}
 }
 
-func TestProbesAreNotCounted(t *testing.T) {
+// TestKubeProbeUserAgentIsCounted: no header a client controls takes a
+// request out of the count. A request that says "User-Agent:
+// kube-probe/1.36" is in flight while the app holds it, on HTTP/1.1 and on
+// h2c (it was not counted at all: a WebSocket opened that way was invisible
+// to the scaler). Kubelet probes stay uncounted because the webhook points
+// them at the app's own port (webhook/inject).
+func TestKubeProbeUserAgentIsCounted(t *testing.T) {
 	app := startTestApp(t)
 	r := startSidecar(t, testOptions(app.addr))
-	if code, _ := get(t, http.DefaultClient, "http://"+r.addr+"/", "User-Agent", "kube-probe/1.34"); code != 200 {
-		t.Fatalf("probe got %d", code)
+	conn, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	get(t, http.DefaultClient, "http://"+r.addr+"/", "User-Agent", "curl/8")
-	if got := readStats(t, r).Total; got != 1 {
-		t.Errorf("total = %d after one probe and one request, want 1", got)
+	defer conn.Close()
+	io.WriteString(conn, "GET /block HTTP/1.1\r\nHost: a\r\nUser-Agent: kube-probe/1.36\r\n\r\n")
+	<-app.started
+	if s := readStats(t, r); s.InFlight != 1 || s.Total != 1 {
+		t.Errorf("HTTP/1.1: in flight %d, total %d while the app holds a kube-probe request, want 1 and 1", s.InFlight, s.Total)
+	}
+
+	_, fr := h2cHandshake(t, r.addr)
+	writeHeaders(t, fr, 1, true, ":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/block", "user-agent", "kube-probe/1.36")
+	<-app.started
+	if s := readStats(t, r); s.InFlight != 2 || s.Total != 2 {
+		t.Errorf("h2c: in flight %d, total %d while the app holds both kube-probe requests, want 2 and 2", s.InFlight, s.Total)
 	}
 }
 

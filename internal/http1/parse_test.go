@@ -31,7 +31,7 @@ func TestReadRequestRewritesHead(t *testing.T) {
 	if diff := cmp.Diff(want, string(cc.out)); diff != "" {
 		t.Errorf("head for the app (-want +got):\n%s", diff)
 	}
-	wantRq := Request{host: true, upgrade: true, hasUpgrade: true, closeAfter: true, probe: true, cl: 3}
+	wantRq := Request{host: true, upgrade: true, hasUpgrade: true, closeAfter: true, cl: 3}
 	if diff := cmp.Diff(wantRq, rq, cmp.AllowUnexported(Request{})); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}

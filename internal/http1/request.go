@@ -16,7 +16,6 @@ type Request struct {
 	closeAfter bool // the client asked to close, or spoke HTTP/1.0
 	upgrade    bool // Connection: upgrade and an Upgrade header
 	hasUpgrade bool
-	probe      bool
 	idempotent bool // GET, HEAD, OPTIONS or TRACE
 	host       bool
 	extraHop   bool  // Connection names other headers to drop
@@ -24,9 +23,6 @@ type Request struct {
 }
 
 func (rq *Request) hasBody() bool { return rq.chunked || rq.cl > 0 }
-
-// Probe reports whether the User-Agent starts with "kube-probe/".
-func (rq *Request) Probe() bool { return rq.probe }
 
 var errHeaderTooLarge = errors.New("request head too large")
 
@@ -184,8 +180,6 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 				rq.extraHop = rq.extraHop || extra
 			case eqFold(name, "keep-alive"):
 				drop = true
-			case eqFold(name, "user-agent"):
-				rq.probe = bytes.HasPrefix(value, []byte("kube-probe/"))
 			}
 		case 14:
 			if eqFold(name, "content-length") {

@@ -124,9 +124,13 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 		warnings = append(warnings, fmt.Sprintf("the app port %d has no name: a Service reaches the sidecar only with targetPort: %s (a targetPort by number bypasses it and ebb cannot count requests)", app.Port, dataPortName))
 	}
 
+	for i := range out.Spec.InitContainers {
+		rewriteProbes(&out.Spec.InitContainers[i], "", cfg.ListenPort, app.Port)
+	}
 	for i := range out.Spec.Containers {
 		c := &out.Spec.Containers[i]
 		if c.Name != app.Container {
+			rewriteProbes(c, "", cfg.ListenPort, app.Port)
 			continue
 		}
 		if app.PortName != "" {
@@ -135,8 +139,8 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 					c.Ports[j].Name = RenamedAppPortName
 				}
 			}
-			rewriteProbes(c, app.PortName, app.Port)
 		}
+		rewriteProbes(c, app.PortName, cfg.ListenPort, app.Port)
 		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
 			if c.Lifecycle == nil {
 				c.Lifecycle = &corev1.Lifecycle{}
@@ -262,38 +266,42 @@ func appReadiness(c *corev1.Container) (*readiness.Check, string) {
 	return check, ""
 }
 
-// rewriteProbes points every kubelet probe and lifecycle hook of c that used
-// the app port by name at its number, so it reaches the app directly and is
-// neither counted nor able to wake the app.
-func rewriteProbes(c *corev1.Container, name string, number int32) {
-	fix := func(p *intstr.IntOrString) {
-		if p.Type == intstr.String && p.StrVal == name {
-			*p = intstr.FromInt32(number)
+// rewriteProbes points every kubelet probe and lifecycle hook of c that
+// would reach the sidecar's data port at the app's own port number instead,
+// so that it reaches the app directly and is neither counted nor able to
+// wake the app (the sidecar counts every request it gets, whoever sends
+// it): an httpGet or tcpSocket port named name (the app port's name, which
+// the sidecar takes over; "" for none, as in containers other than the
+// app's, where the kubelet resolves names among the container's own
+// ports), and an httpGet, tcpSocket or grpc port numbered dataPort (the
+// sidecar's) on the pod's own address.
+func rewriteProbes(c *corev1.Container, name string, dataPort, appPort int32) {
+	fix := func(p *intstr.IntOrString, host string) {
+		if p.Type == intstr.String && name != "" && p.StrVal == name ||
+			p.Type == intstr.Int && p.IntVal == dataPort && host == "" {
+			*p = intstr.FromInt32(appPort)
 		}
 	}
-	handler := func(h *corev1.ProbeHandler) {
-		if h.HTTPGet != nil {
-			fix(&h.HTTPGet.Port)
+	handler := func(get *corev1.HTTPGetAction, tcp *corev1.TCPSocketAction, grpc *corev1.GRPCAction) {
+		if get != nil {
+			fix(&get.Port, get.Host)
 		}
-		if h.TCPSocket != nil {
-			fix(&h.TCPSocket.Port)
+		if tcp != nil {
+			fix(&tcp.Port, tcp.Host)
+		}
+		if grpc != nil && grpc.Port == dataPort {
+			grpc.Port = appPort
 		}
 	}
 	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
 		if p != nil {
-			handler(&p.ProbeHandler)
+			handler(p.HTTPGet, p.TCPSocket, p.GRPC)
 		}
 	}
 	if c.Lifecycle != nil {
 		for _, h := range []*corev1.LifecycleHandler{c.Lifecycle.PostStart, c.Lifecycle.PreStop} {
-			if h == nil {
-				continue
-			}
-			if h.HTTPGet != nil {
-				fix(&h.HTTPGet.Port)
-			}
-			if h.TCPSocket != nil {
-				fix(&h.TCPSocket.Port)
+			if h != nil {
+				handler(h.HTTPGet, h.TCPSocket, nil)
 			}
 		}
 	}

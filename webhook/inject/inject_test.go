@@ -170,6 +170,79 @@ func TestInject(t *testing.T) {
 		}),
 		wantWarnings: []string{`container "app" has its own preStop hook, so ebb does not add its own (GET /wait-for-drain on port 8022, which keeps the pod serving until traffic has moved away): requests may fail while the app scales down unless your hook calls it or waits a few seconds`},
 	}, {
+		// A probe on the sidecar's data port by number would be counted (and
+		// keep the app from zero): every one the kubelet runs in the pod's
+		// network goes to the app's port, whatever its kind.
+		name: "probes and hooks on the sidecar's port number go to the app's port",
+		pod: appPod(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.ReadinessProbe.HTTPGet.Port = intstr.FromInt32(8012)
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8012}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8012)}}}
+			c.Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/warm", Port: intstr.FromInt32(8012)}}}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8080}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}}
+			c.Lifecycle.PostStart = &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/warm", Port: intstr.FromInt32(8080)}}
+		}),
+	}, {
+		name: "unnamed app port: probes on the sidecar's port number go to the app's port",
+		pod: appPod(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.Ports[0].Name = ""
+			c.ReadinessProbe.HTTPGet.Port = intstr.FromInt32(8012)
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8012}}}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.Ports[0].Name = ""
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8080}}}
+		}),
+		wantWarnings: []string{"the app port 8080 has no name: a Service reaches the sidecar only with targetPort: http (a targetPort by number bypasses it and ebb cannot count requests)"},
+	}, {
+		name: "other containers' probes on the sidecar's port number go to the app's port too",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "cache",
+				LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8012)}}}})
+			p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: ptrTo(corev1.ContainerRestartPolicyAlways),
+				StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8012}}}}}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "cache",
+				LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}}})
+			p.Spec.InitContainers = append([]corev1.Container{{Name: "proxy", RestartPolicy: ptrTo(corev1.ContainerRestartPolicyAlways),
+				StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 8080}}}}}, p.Spec.InitContainers...)
+		}),
+	}, {
+		name: "a probe of another host, or of a port that is not the sidecar's, is left alone",
+		pod: appPod(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "upstream.example.com", Port: intstr.FromInt32(8012)}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8022)}}}
+		}),
+		want: injected(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "upstream.example.com", Port: intstr.FromInt32(8012)}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8022)}}}
+		}),
+	}, {
+		name: "probes follow a configured sidecar port",
+		pod: appPod(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(9012)}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8012)}}}
+		}),
+		cfg: func(c *Config) { c.ListenPort = 9012 },
+		want: injected(func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8012)}}}
+			s := &p.Spec.InitContainers[0]
+			s.Ports[0].ContainerPort, s.Env[0].Value = 9012, ":9012"
+		}),
+	}, {
 		name: "unnamed port: sidecar port named http, with a warning",
 		pod: appPod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports[0].Name = ""
@@ -333,6 +406,8 @@ func TestInject(t *testing.T) {
 		})
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 func TestInjectRefuses(t *testing.T) {
 	tests := []struct {
