@@ -38,6 +38,15 @@ type Options struct {
 	// once the request (body included) is sent; 504 after it. Zero waits
 	// as long as the client stays.
 	ResponseHeaderTimeout time.Duration
+	// TunnelIdleTimeout closes a tunnel (after a 101) in which no byte went
+	// either way for this long. Zero: never.
+	TunnelIdleTimeout time.Duration
+	// HalfCloseTimeout: once one side of a tunnel has closed its half (a
+	// FIN; the other side gets it), the tunnel closes whole when the other
+	// side sends nothing for this long (HAProxy's "timeout client-fin").
+	// A side that resets or cannot be written to ends the tunnel at once.
+	// Zero: DefaultHalfCloseTimeout.
+	HalfCloseTimeout time.Duration
 	// MaxHeaderBytes: larger request heads get 431.
 	MaxHeaderBytes int
 	// KeepRaw keeps each request head as received so that Conn.HandOff can

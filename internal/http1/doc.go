@@ -26,7 +26,9 @@
 // hide it; Options.ResponseHeaderTimeout answers 504. Bodies are copied piece by
 // piece as they arrive (request bodies in their own goroutine, full duplex);
 // 1xx responses are forwarded (not to HTTP/1.0 clients), and a 101 turns
-// the connection into a byte tunnel. Connections that start with the HTTP/2
+// the connection into a byte tunnel: a side's FIN is passed on, and then
+// the other side's silence beyond Options.HalfCloseTimeout, a reset, a
+// failed write or Options.TunnelIdleTimeout closes it whole. Connections that start with the HTTP/2
 // preface, and requests a Handler gives away (Conn.HandOff), go to another
 // server with what was read put back in front.
 //
