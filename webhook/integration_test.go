@@ -422,8 +422,8 @@ func TestConflictedHosts(t *testing.T) {
 			return err
 		}
 		cond := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionConflicted)
-		if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "host shared.example.com path / (AppRoute claim-a/first)") ||
-			!strings.Contains(cond.Message, "host *.wild.example.com path / (AppRoute claim-a/first)") || strings.Contains(cond.Message, "own-") {
+		if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "host shared.example.com path / (ClaimedByOlderRoute: AppRoute claim-a/first serves it)") ||
+			!strings.Contains(cond.Message, "host *.wild.example.com path / (ClaimedByOlderRoute: AppRoute claim-a/first serves it)") || strings.Contains(cond.Message, "own-") {
 			return fmt.Errorf("Conflicted of the younger route = %+v", cond)
 		}
 		return nil

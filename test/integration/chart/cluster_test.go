@@ -282,6 +282,7 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		access{"list", "routing.ebb.dev", "approutes", "", "", ""}, // another instance's routes
 		access{"update", "coordination.k8s.io", "leases", "", ns, "activator." + suffix},
 		access{"create", "", "pods", "", "shop", ""},
+		access{"create", group, "domainclaims", "", "", ""}, access{"update", group, "domainclaims", "", "", "shop.example.com"},
 	)
 
 	activatorAllowed := []access{
@@ -296,6 +297,7 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"watch", "", "pods", "", "shop", ""},                                           // a cold start's pods, by the app's label
 		{"list", "", "configmaps", "", ns, ""}, {"watch", "", "configmaps", "", ns, ""}, // the pools' selectors
 		{"list", "", "namespaces", "", "", ""}, {"watch", "", "namespaces", "", "", ""}, // pools' namespaceSelectors
+		{"list", group, "domainclaims", "", "", ""}, {"watch", group, "domainclaims", "", "", ""}, // which namespace may route a domain
 	}
 	activatorAllowed = append(activatorAllowed, lease("activator."+suffix)...)
 	if !selfSigned {
@@ -309,6 +311,8 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"list", "routing.ebb.dev", "approutes", "", "", ""},
 		{"update", "", "services", "", "shop", "hello"},
 		{"update", "coordination.k8s.io", "leases", "", ns, "ebb-webhook." + suffix},
+		{"create", group, "domainclaims", "", "", ""}, {"update", group, "domainclaims", "", "", "shop.example.com"},
+		{"list", "routing.ebb.dev", "domainclaims", "", "", ""},
 	}
 
 	scalerAllowed := []access{{"list", "", "pods", "", "", ""}, {"watch", "", "pods", "", "", ""},
@@ -320,6 +324,7 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"list", "routing.ebb.dev", "approutes", "", "shop", ""}, {"update", group, "approutes", "", "shop", "hello"},
 		{"patch", group, "approutes", "", "shop", "hello"}, {"update", group, "approutes", "status", "shop", "hello"},
 		{"create", "coordination.k8s.io", "leases", "", ns, ""},
+		{"list", group, "domainclaims", "", "", ""},
 	}
 
 	type component struct {

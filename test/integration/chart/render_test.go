@@ -61,6 +61,7 @@ func TestRenderDefault(t *testing.T) {
 		"ClusterRoleBinding ebb-webhook.ebb.dev",
 		"ConfigMap ebb-system/ebb-activator-pools",
 		"CustomResourceDefinition approutes.routing.ebb.dev",
+		"CustomResourceDefinition domainclaims.routing.ebb.dev",
 		"Deployment ebb-system/ebb-activator",
 		"Deployment ebb-system/ebb-scaler",
 		"Deployment ebb-system/ebb-webhook",
@@ -193,6 +194,7 @@ func TestCustomSuffixLeavesNoDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 		find(t, objs, "CustomResourceDefinition", "approutes.routing.team1.example.com")
+		find(t, objs, "CustomResourceDefinition", "domainclaims.routing.team1.example.com")
 		find(t, objs, "MutatingWebhookConfiguration", "sidecar-injector.team1.example.com")
 		for _, d := range ofKind(objs, "Deployment") {
 			if args := containerArgs(t, d); !contains(args, "--api-group-suffix=team1.example.com") {
@@ -408,13 +410,15 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 
 // TestCRDMatchesConfig keeps the chart's CRDs equal to the ones
 // controller-gen generates into config/crd, up to their group and name:
-// AppRoute in every release, FederatedScale with federation.enabled. After
+// AppRoute and DomainClaim in every release, FederatedScale with
+// federation.enabled. After
 // `make manifests`, refresh the chart's copies with `go test
 // ./test/integration/chart -run CRD -update`.
 func TestCRDMatchesConfig(t *testing.T) {
 	for _, crd := range []struct{ file, plural, short string }{
 		{"routing.ebb.dev_approutes.yaml", "approutes", "ar"},
 		{"routing.ebb.dev_federatedscales.yaml", "federatedscales", "fs"},
+		{"routing.ebb.dev_domainclaims.yaml", "domainclaims", "dc"},
 	} {
 		t.Run(crd.plural, func(t *testing.T) {
 			generated := filepath.Join(repo.MustRoot(t), "config", "crd", crd.file)
