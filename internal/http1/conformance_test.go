@@ -974,3 +974,57 @@ func TestClientGoneWhileAppIgnoresTheBody(t *testing.T) {
 	testwait.For(t, time.Second, "client connection released", func() bool { return e.srv.OpenConns() == 0 })
 	testwait.For(t, 8*time.Second, "connection to the app closed", func() bool { return eofs.Load() == 1 })
 }
+
+// TestCutCloseDelimitedBodyShows: an app's body delimited by its close
+// reaches an HTTP/1.1 client re-framed as chunked, so that a cut shows: an
+// app that resets after part of it leaves the client without the last
+// chunk (net/http's client reports an unexpected EOF), an app that closes
+// cleanly gives the last chunk and the client's connection stays up. An
+// HTTP/1.0 client, which has no chunked framing, gets the body until close
+// (issue 34, found 4).
+func TestCutCloseDelimitedBodyShows(t *testing.T) {
+	app := rawConnApp(t, func(c net.Conn, _ <-chan struct{}) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\npartial-body")
+		time.Sleep(50 * time.Millisecond)
+		if req.URL.Path == "/cut" {
+			c.(*net.TCPConn).SetLinger(0)
+		}
+		c.Close()
+	})
+	e := startEngine(t, app, testEngineOptions())
+
+	cl := dial(t, e.addr)
+	cl.send("GET /cut HTTP/1.1\r\nHost: a\r\n\r\n")
+	got, closed := cl.rest(2 * time.Second)
+	wantEq(t, "cut response", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nc\r\npartial-body\r\n", got)
+	if !closed {
+		t.Error("the client's connection is still open after a cut body")
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(got)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(resp.Body); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("net/http's client read the cut body with error %v, want an unexpected EOF", err)
+	}
+
+	cl = dial(t, e.addr)
+	cl.send("GET /whole HTTP/1.1\r\nHost: a\r\n\r\n")
+	wantEq(t, "whole response", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nc\r\npartial-body\r\n0\r\n\r\n", cl.response("GET"))
+	cl.send("GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+	if got := cl.response("GET"); !strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") {
+		t.Errorf("the next request on the client's connection: %q", got)
+	}
+
+	cl = dial(t, e.addr)
+	cl.send("GET /whole HTTP/1.0\r\n\r\n")
+	got, closed = cl.rest(2 * time.Second)
+	wantEq(t, "HTTP/1.0 client", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npartial-body", got)
+	if !closed {
+		t.Error("the HTTP/1.0 client's connection is still open")
+	}
+}

@@ -80,6 +80,7 @@ type Conn struct {
 	br      *bufio.Reader
 	out     []byte // request head (and small body) for the app
 	resp    []byte // response head (and small body) for the client
+	chunk   []byte // a piece of a body until close, framed as a chunk
 	line    []byte // scratch for header lines longer than a reader's buffer
 	raw     []byte // the request head as received, with Options.KeepRaw
 	host    []byte // Host header value of the request

@@ -25,6 +25,9 @@
 // not read yet (a pipelined request, a body the app does not take) do not
 // hide it; Options.ResponseHeaderTimeout answers 504. Bodies are copied piece by
 // piece as they arrive (request bodies in their own goroutine, full duplex);
+// a response body delimited by the app's close goes to an HTTP/1.1 client
+// chunked, so that an app that fails midway leaves it without the last
+// chunk and the cut shows (HTTP/1.0 clients get it until close);
 // 1xx responses are forwarded (not to HTTP/1.0 clients), and a 101 turns
 // the connection into a byte tunnel: a side's FIN is passed on, and then
 // the other side's silence beyond Options.HalfCloseTimeout, a reset, a

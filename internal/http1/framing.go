@@ -48,12 +48,15 @@ const (
 // chunked grammar (white space after the size as net/http does), so what it
 // passes on is framed the same for every parser after it.
 type framing struct {
-	kind   uint8
-	state  uint8
-	digits uint8
-	remain int64 // bytes of a Content-Length body or of the current chunk
-	size   int64 // chunk size being parsed
-	line   int   // bytes of the current size line, or of the trailer section
+	kind uint8
+	// rechunk: a body until close, sent on chunked (responses to HTTP/1.1
+	// clients).
+	rechunk bool
+	state   uint8
+	digits  uint8
+	remain  int64 // bytes of a Content-Length body or of the current chunk
+	size    int64 // chunk size being parsed
+	line    int   // bytes of the current size line, or of the trailer section
 }
 
 func (f *framing) reset(kind uint8, length int64) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -140,10 +141,20 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		f.reset(bodyChunked, 0)
 	case rs.cl >= 0:
 		f.reset(bodyLength, rs.cl)
-	default:
+	case rq.http10:
 		f.reset(bodyClose, 0)
 		keep = false
 		rs.close = true
+	default:
+		// A body until the app closes goes to an HTTP/1.1 client chunked
+		// (the head says HTTP/1.1 then), so that a cut shows: an app that
+		// fails midway leaves the client without the last chunk, as nginx
+		// and net/http do.
+		f.reset(bodyClose, 0)
+		f.rechunk = true
+		rs.close = true
+		cc.resp[7] = '1'
+		cc.resp = appendFraming(cc.resp, true, -1)
 	}
 	if !keep {
 		cc.resp = append(cc.resp, "Connection: close\r\n"...)
@@ -428,8 +439,16 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 		if err != nil {
 			return sent, err
 		}
-		if len(pending)+n <= mergeMax && pending != nil {
-			pending = append(pending, b[:n]...)
+		piece, extra := b[:n], 0
+		if f.rechunk {
+			extra = chunkOverhead
+		}
+		if len(pending)+n+extra <= mergeMax && pending != nil {
+			if f.rechunk {
+				pending = appendChunk(pending, piece)
+			} else {
+				pending = append(pending, piece...)
+			}
 			cc.resp = pending // keep the grown buffer
 		} else {
 			sent = true
@@ -439,16 +458,43 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 				}
 				pending = nil
 			}
-			if err := cc.write(dst, b[:n]); err != nil {
+			if f.rechunk {
+				cc.chunk = appendChunk(cc.chunk[:0], piece)
+				piece = cc.chunk
+			}
+			if err := cc.write(dst, piece); err != nil {
 				return sent, err
 			}
 		}
 		src.Discard(n)
 	}
+	if f.rechunk {
+		if pending != nil {
+			pending = append(pending, lastChunk...)
+			cc.resp = pending
+		} else {
+			pending = lastChunk
+		}
+	}
 	if len(pending) > 0 {
 		return true, cc.write(dst, pending)
 	}
 	return sent, nil
+}
+
+// chunkOverhead bounds what appendChunk adds to a piece of upstreamBufSize
+// bytes at most: the size in hex and two CRLFs.
+const chunkOverhead = 8 + 4
+
+// lastChunk ends a chunked body without trailers.
+var lastChunk = []byte("0\r\n\r\n")
+
+// appendChunk appends data (not empty) framed as one chunk.
+func appendChunk(b, data []byte) []byte {
+	b = strconv.AppendUint(b, uint64(len(data)), 16)
+	b = append(b, '\r', '\n')
+	b = append(b, data...)
+	return append(b, '\r', '\n')
 }
 
 // write writes b to dst; writes to the client carry the idle timeout,
