@@ -1028,3 +1028,56 @@ func TestCutCloseDelimitedBodyShows(t *testing.T) {
 		t.Error("the HTTP/1.0 client's connection is still open")
 	}
 }
+
+// TestEndlessInformationalResponsesAreCut: an app that sends 1xx responses
+// and never a final one: at most max1xx are forwarded, the next ends the
+// exchange (the client's connection is closed: too late for a 502), also
+// with no response-header timeout; and a 1xx does not restart that
+// timeout (issue 34, found 6).
+func TestEndlessInformationalResponsesAreCut(t *testing.T) {
+	const info = "HTTP/1.1 102 Processing\r\n\r\n"
+	tests := []struct {
+		name    string
+		every   time.Duration
+		timeout time.Duration // ResponseHeaderTimeout
+		want1xx int
+		within  time.Duration
+	}{
+		{"endless, no timeout", 20 * time.Millisecond, 0, max1xx, time.Second},
+		{"slow, within the timeout", 300 * time.Millisecond, 500 * time.Millisecond, 2, 500*time.Millisecond + 3*clientCheck},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var eofs atomic.Int32
+			app := rawConnApp(t, func(c net.Conn, done <-chan struct{}) {
+				defer c.Close()
+				skipRequestHead(bufio.NewReader(c))
+				for {
+					if _, err := io.WriteString(c, info); err != nil {
+						eofs.Add(1)
+						return
+					}
+					select {
+					case <-time.After(tt.every):
+					case <-done:
+						return
+					}
+				}
+			})
+			o := testEngineOptions()
+			o.ResponseHeaderTimeout = tt.timeout
+			e := startEngine(t, app, o)
+			cl := dial(t, e.addr)
+			start := time.Now()
+			cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			got, closed := cl.rest(3 * time.Second)
+			took := time.Since(start)
+			wantEq(t, "what the client got", strings.Repeat(info, tt.want1xx), got)
+			if !closed || took > tt.within {
+				t.Errorf("client connection closed %v after %v, want closed within %v", closed, took, tt.within)
+			}
+			testwait.For(t, time.Second, "request out of flight", func() bool { return e.h.inFlight.Load() == 0 })
+			testwait.For(t, time.Second, "connection to the app closed", func() bool { return eofs.Load() == 1 })
+		})
+	}
+}

@@ -28,7 +28,8 @@
 // a response body delimited by the app's close goes to an HTTP/1.1 client
 // chunked, so that an app that fails midway leaves it without the last
 // chunk and the cut shows (HTTP/1.0 clients get it until close);
-// 1xx responses are forwarded (not to HTTP/1.0 clients), and a 101 turns
+// 1xx responses are forwarded (not to HTTP/1.0 clients; at most five, all
+// within the one response-header timeout), and a 101 turns
 // the connection into a byte tunnel: a side's FIN is passed on, and then
 // the other side's silence beyond Options.HalfCloseTimeout, a reset, a
 // failed write or Options.TunnelIdleTimeout closes it whole. Connections that start with the HTTP/2

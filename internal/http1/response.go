@@ -23,13 +23,18 @@ type response struct {
 	close bool
 }
 
+// errTooMany1xx: the app sent more than max1xx informational responses.
+var errTooMany1xx = errors.New("too many 1xx responses from the app")
+
 // readResponseHead reads the next final response head from the app into
 // cc.resp (without the final empty line), forwarding 1xx heads other than
 // 101 to HTTP/1.1 clients and skipping them for HTTP/1.0 ones (RFC 9110
-// section 15.2).
+// section 15.2): at most max1xx of them, all within the one
+// response-header timeout.
 func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
-	for {
-		if err := cc.awaitResponse(uc); err != nil {
+	var deadline time.Time // the response-header timeout's, once it runs
+	for n1xx := 0; ; {
+		if err := cc.awaitResponse(uc, &deadline); err != nil {
 			return err
 		}
 		if err := cc.readOneResponseHead(uc.br, rq, rs); err != nil {
@@ -41,6 +46,9 @@ func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
 		if rs.code >= 200 || rs.code == 101 {
 			return nil
 		}
+		if n1xx++; n1xx > max1xx {
+			return errTooMany1xx
+		}
 		if rq.http10 {
 			continue
 		}
@@ -50,7 +58,7 @@ func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
 			return errClientGone // not the app's failure: nothing to resend
 		}
 		cc.sent1xx = true
-		cc.now = time.Now() // the app is alive: the response-header timeout starts again
+		cc.now = time.Now() // for the write deadline (the response-header timeout runs on)
 	}
 }
 

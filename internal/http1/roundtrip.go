@@ -27,6 +27,10 @@ const (
 	// response head, or for more of a streamed body) checks that its
 	// client is still there.
 	clientCheck = 100 * time.Millisecond
+	// max1xx is how many 1xx responses (but 101) one request may get before
+	// its final response; the next ends the exchange (net/http's Transport
+	// had the same bound).
+	max1xx = 5
 )
 
 var (
@@ -224,10 +228,12 @@ func isResetErr(err error) bool {
 // awaitResponse waits until a whole response head from the app is in
 // uc's buffer (or the buffer is full). Every clientCheck it checks that the
 // client is still there; once the request body is sent,
-// Options.ResponseHeaderTimeout runs. It leaves a read deadline on uc that
-// pump renews.
-func (cc *Conn) awaitResponse(uc *upConn) error {
-	var deadline time.Time
+// Options.ResponseHeaderTimeout runs, until *deadline (set then, and kept
+// across the 1xx responses of one request). It leaves a read deadline on uc
+// that pump renews.
+func (cc *Conn) awaitResponse(uc *upConn, dl *time.Time) error {
+	deadline := *dl
+	defer func() { *dl = deadline }()
 	for !headBuffered(uc.br) && uc.br.Buffered() < uc.br.Size() {
 		now := time.Now()
 		if deadline.IsZero() && cc.o.ResponseHeaderTimeout > 0 && cc.bodyFinished() {
