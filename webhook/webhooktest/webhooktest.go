@@ -74,27 +74,32 @@ func checkAssets(dir string) error {
 	return nil
 }
 
-// CRD is the generated AppRoute CRD (config/crd) moved to group.
-func CRD(group string) (*apiextensionsv1.CustomResourceDefinition, error) {
+// CRDs are the generated CRDs of every instance (config/crd: AppRoute and
+// DomainClaim) moved to group.
+func CRDs(group string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(root, "config", "crd", routingv1alpha1.DefaultGroup+"_"+routingv1alpha1.Resource+".yaml")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read CRD: %w", err)
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, resource := range []string{routingv1alpha1.Resource, routingv1alpha1.DomainClaimResource} {
+		path := filepath.Join(root, "config", "crd", routingv1alpha1.DefaultGroup+"_"+resource+".yaml")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read CRD: %w", err)
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.UnmarshalStrict(b, &crd); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", path, err)
+		}
+		crd.Spec.Group = group
+		crd.Name = crd.Spec.Names.Plural + "." + group
+		out = append(out, &crd)
 	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", path, err)
-	}
-	crd.Spec.Group = group
-	crd.Name = crd.Spec.Names.Plural + "." + group
-	return &crd, nil
+	return out, nil
 }
 
-// Env is a running kube-apiserver with the AppRoute CRD of each suffix.
+// Env is a running kube-apiserver with the CRDs of each suffix.
 type Env struct {
 	*envtest.Environment
 	Config *rest.Config
@@ -112,11 +117,11 @@ func Start(suffixes []string, extraArgs ...string) (*Env, error) {
 		if err != nil {
 			return nil, err
 		}
-		crd, err := CRD(n.Group())
+		cs, err := CRDs(n.Group())
 		if err != nil {
 			return nil, err
 		}
-		crds = append(crds, crd)
+		crds = append(crds, cs...)
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,

@@ -36,18 +36,20 @@ import (
 
 const appNS = "shop"
 
-// applyCRD installs the AppRoute CRD for a group suffix, rewriting the
-// generated ebb.dev one.
+// applyCRD installs the AppRoute and DomainClaim CRDs for a group suffix,
+// rewriting the generated ebb.dev ones.
 func applyCRD(t *testing.T, suffix string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "crd", "routing.ebb.dev_approutes.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	y := strings.ReplaceAll(string(b), "routing.ebb.dev", "routing."+suffix)
-	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(y), 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"routing.ebb.dev_approutes.yaml", "routing.ebb.dev_domainclaims.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "crd", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := strings.ReplaceAll(string(b), "routing.ebb.dev", "routing."+suffix)
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := lc.ApplyCRDs(t.Context(), dir); err != nil {
 		t.Fatal(err)
@@ -71,6 +73,7 @@ func deployActivator(t *testing.T, ns, suffix string, replicas int32) {
 	if _, err := k.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{names.Group()}, Resources: []string{"approutes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{names.Group()}, Resources: []string{"approutes/status"}, Verbs: []string{"get", "patch"}},
+		{APIGroups: []string{names.Group()}, Resources: []string{"domainclaims"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"services", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "patch", "update", "delete"}},
