@@ -37,6 +37,7 @@ const (
 func podInfoFrom(p *corev1.Pod, appLabel string) podInfo {
 	in := podInfo{
 		key:     p.Namespace + "/" + p.Name,
+		uid:     p.UID,
 		app:     appKey{Namespace: p.Namespace, Name: p.Labels[appLabel]},
 		running: p.Status.Phase == corev1.PodRunning,
 	}

@@ -15,6 +15,8 @@ const (
 	metricSidecarPods      = "ebb_scaler_sidecar_pods"
 	metricReadErrors       = "ebb_scaler_sidecar_read_errors_total"
 	metricDropped          = "ebb_scaler_sidecar_dropped_total"
+	metricRefused          = "ebb_scaler_sidecar_refused_total"
+	metricSlowPods         = "ebb_scaler_sidecar_slow_pods"
 	metricBypassedSeen     = "ebb_scaler_bypassed_pods_seen_total"
 	metricStreams          = "ebb_scaler_isactive_streams"
 	metricActivatorDropped = "ebb_scaler_activator_dropped_total"
@@ -37,6 +39,8 @@ type metrics struct {
 	podsRead         prometheus.Gauge
 	readErrors       prometheus.Counter
 	droppedPods      prometheus.Counter
+	refused          *prometheus.CounterVec
+	slowPods         prometheus.Gauge
 	bypassedSeen     prometheus.Counter
 	streams          prometheus.Gauge
 	activatorDropped prometheus.Counter
@@ -47,14 +51,17 @@ func newMetrics(reg prometheus.Registerer, s *Scaler) *metrics {
 		tickSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: metricTick,
 			Help:    "Time to read every sidecar and publish the per-app figures, per tick.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
-		podsRead:         prometheus.NewGauge(prometheus.GaugeOpts{Name: metricSidecarPods, Help: "Pods with a sidecar read at the last tick."}),
-		readErrors:       prometheus.NewCounter(prometheus.CounterOpts{Name: metricReadErrors, Help: "Sidecar reads that failed or timed out."}),
-		droppedPods:      prometheus.NewCounter(prometheus.CounterOpts{Name: metricDropped, Help: "Times a sidecar that stopped answering had its last value dropped after --stale-ticks."}),
+		podsRead:    prometheus.NewGauge(prometheus.GaugeOpts{Name: metricSidecarPods, Help: "Pods with a sidecar read at the last tick."}),
+		readErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: metricReadErrors, Help: "Sidecar reads that failed or timed out."}),
+		droppedPods: prometheus.NewCounter(prometheus.CounterOpts{Name: metricDropped, Help: "Times a sidecar that stopped answering had its last value dropped after --stale-ticks."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricRefused,
+			Help: "Sidecar answers refused, by reason: the answer (http, status, too_long, format) or its figures (in_flight, counter_backwards, rate, boot_churn); the pod is named in a StatsRefused event."}, []string{"reason"}),
+		slowPods:         prometheus.NewGauge(prometheus.GaugeOpts{Name: metricSlowPods, Help: "Pods read off the tick at the last tick: their last read timed out or took more than half of --read-timeout."}),
 		bypassedSeen:     prometheus.NewCounter(prometheus.CounterOpts{Name: metricBypassedSeen, Help: "Running app pods seen without an ebb-sidecar container (their apps are kept active)."}),
 		streams:          prometheus.NewGauge(prometheus.GaugeOpts{Name: metricStreams, Help: "Open StreamIsActive streams."}),
 		activatorDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: metricActivatorDropped, Help: "Activators whose held counts were dropped after their stream ended."}),
 	}
-	reg.MustRegister(m.tickSeconds, m.podsRead, m.readErrors, m.droppedPods, m.bypassedSeen, m.streams, m.activatorDropped,
+	reg.MustRegister(m.tickSeconds, m.podsRead, m.readErrors, m.droppedPods, m.refused, m.slowPods, m.bypassedSeen, m.streams, m.activatorDropped,
 		appCollector{s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -67,7 +74,7 @@ var (
 	descRate        = prometheus.NewDesc(metricAppRate, "Requests per second counted over the default rate window (1m).", appLabels, nil)
 	descCounted     = prometheus.NewDesc(metricAppCounted, "Requests counted by the app's sidecars since this scaler started.", appLabels, nil)
 	descColdStarts  = prometheus.NewDesc(metricAppColdStarts, "Cold starts since this scaler started: times the activators began holding requests for the app while it had no ready pod (once per cold start, whatever the number of activators).", appLabels, nil)
-	descPods        = prometheus.NewDesc(metricAppPods, "The app's pods by state: read (sidecar, Running with an IP), ready, stale (not answering, last value kept), dropped (not answering, not counted), bypassed (Running with no sidecar).", append(appLabels, "state"), nil)
+	descPods        = prometheus.NewDesc(metricAppPods, "The app's pods by state: read (sidecar, Running with an IP), ready, stale (not answering, last value kept), dropped (not answering, not counted), bypassed (Running with no sidecar), refused (answering implausible figures, not counted; only while some are).", append(appLabels, "state"), nil)
 	descActive      = prometheus.NewDesc(metricAppActive, "1 while the app is active with default metadata (any request in flight, held, counted within 1m, or a bypassed pod).", appLabels, nil)
 	descIdle        = prometheus.NewDesc(metricAppIdle, "1 when nothing keeps the app active (it may scale to zero), 0 when something does; reason says what (the AppRoute's Idle condition): NoRequests, BelowActivation, RequestsInFlight, RequestsHeld, RecentRequests, SidecarBypassed.", append(appLabels, "reason"), nil)
 	descBusy        = prometheus.NewDesc(metricAppBusy, "How long some pod of the app has had requests in flight without a break: at least the age of the oldest open request (a WebSocket, a stream).", appLabels, nil)
@@ -95,7 +102,10 @@ func (c appCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, p := range []struct {
 			state string
 			n     int
-		}{{"read", st.Pods}, {"ready", st.ReadyPods}, {"stale", st.StalePods}, {"dropped", st.DroppedPods}, {"bypassed", st.BypassedPods}} {
+		}{{"read", st.Pods}, {"ready", st.ReadyPods}, {"stale", st.StalePods}, {"dropped", st.DroppedPods}, {"bypassed", st.BypassedPods}, {"refused", st.RefusedPods}} {
+			if p.state == "refused" && p.n == 0 {
+				continue // a series only where a pod was refused
+			}
 			ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(p.n), append(l, p.state)...)
 		}
 		active := 0.0
@@ -129,7 +139,8 @@ type AppStatus struct {
 	StalePods       int     `json:"stalePods"`
 	DroppedPods     int     `json:"droppedPods"`
 	BypassedPods    int     `json:"bypassedPods"`
-	Active          bool    `json:"active"` // with activationConcurrency 0 and Window
+	RefusedPods     int     `json:"refusedPods,omitempty"` // answering implausible figures, not counted
+	Active          bool    `json:"active"`                // with activationConcurrency 0 and Window
 	// Idle says what keeps the app active, under the rate window and
 	// activation threshold its ScaledObject last asked with.
 	Idle Idleness `json:"idle"`
@@ -167,10 +178,11 @@ func (s *Scaler) appStatus(k appKey, f figures, now time.Time, window time.Durat
 		RatePerSecond: p.value(f, s.span(now)), Window: window.String(),
 		RequestsCounted: f.counted, ColdStarts: f.coldStarts,
 		Pods: f.pods, ReadyPods: f.readyPods, StalePods: f.stalePods, DroppedPods: f.droppedPods, BypassedPods: f.bypassedPods,
-		Active:  p.active(f),
-		Idle:    s.idleOf(k, now),
-		BusyFor: busyFor(f),
-		busy:    f.busyFor,
+		RefusedPods: f.refusedPods,
+		Active:      p.active(f),
+		Idle:        s.idleOf(k, now),
+		BusyFor:     busyFor(f),
+		busy:        f.busyFor,
 	}
 }
 

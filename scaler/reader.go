@@ -3,6 +3,8 @@ package scaler
 import (
 	"context"
 	"errors"
+	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,15 +12,34 @@ import (
 	"github.com/ebb-dev/ebb/internal/stats"
 )
 
-const maxStatsBody = 256
+const maxStatsBody = stats.MaxBody
 
-var errTooLong = errors.New("stats body longer than 256 bytes")
-
-// readAll reads every pod, ReadParallelism at a time, each within
-// ReadTimeout; results land in each pod's readState.res.
+// readAll reads every pod, within ReadTimeout each, and leaves each pod's
+// result in readState.res.
+//
+// Pods on the tick's lane are read ReadParallelism at a time and the tick
+// waits for them. A pod whose read timed out or took more than half of
+// ReadTimeout moves to the slow lane: its reads run in the background,
+// ReadParallelism at most at once and one per pod, and the tick takes the
+// result of the read started at an earlier tick without waiting (so its
+// figure is up to a tick old). It returns to the tick's lane after
+// 2^strikes fast reads in a row (strikes: the times it went slow, so a pod
+// that alternates costs the tick exponentially less often, at most once in
+// maxProbation ticks). A pod that answers slowly or never thus costs the
+// tick one read, once, and the other apps nothing after.
 func (s *Scaler) readAll(ctx context.Context, targets []*pod) {
+	fast := make([]*pod, 0, len(targets))
+	var slow []*pod
+	for _, p := range targets {
+		if p.readState.slow || p.bg.busy.Load() {
+			slow = append(slow, p)
+		} else {
+			fast = append(fast, p)
+		}
+	}
+	s.readSlow(ctx, slow)
 	var next atomic.Int64
-	workers := min(s.opts.ReadParallelism, len(targets))
+	workers := min(s.opts.ReadParallelism, len(fast))
 	var wg sync.WaitGroup
 	wg.Add(workers)
 	for range workers {
@@ -27,10 +48,10 @@ func (s *Scaler) readAll(ctx context.Context, targets []*pod) {
 			var buf [maxStatsBody]byte
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(targets) {
+				if i >= len(fast) {
 					return
 				}
-				p := targets[i]
+				p := fast[i]
 				p.readState.res = s.readOne(ctx, p, buf[:])
 			}
 		}()
@@ -38,16 +59,71 @@ func (s *Scaler) readAll(ctx context.Context, targets []*pod) {
 	wg.Wait()
 }
 
+// errStillReading is the result of a slow-lane pod whose read has not
+// ended since the last tick.
+var errStillReading = errors.New("read still under way (slow lane)")
+
+// readSlow takes the results of the slow lane's finished reads and starts
+// the next ones; the pods least often slow are started first when
+// ReadParallelism reads are under way already.
+func (s *Scaler) readSlow(ctx context.Context, slow []*pod) {
+	sort.SliceStable(slow, func(i, j int) bool { return slow[i].readState.strikes < slow[j].readState.strikes })
+	for _, p := range slow {
+		if p.bg.busy.Load() {
+			p.readState.res = readResult{err: errStillReading, pending: true}
+			continue
+		}
+		if r := p.bg.res.Swap(nil); r != nil {
+			p.readState.res = *r
+		} else {
+			p.readState.res = readResult{err: errStillReading, pending: true}
+		}
+		st := &p.readState
+		if r := st.res; !st.slow || r.ok && !r.slow && st.good+1 >= 1<<st.strikes {
+			continue // back on the tick's lane from the next tick on (lane)
+		}
+		select {
+		case s.slowSlots <- struct{}{}:
+		default:
+			continue // the lane is full: next tick
+		}
+		p.bg.busy.Store(true)
+		s.slowReads.Add(1)
+		go func() {
+			defer s.slowReads.Done()
+			var buf [maxStatsBody]byte
+			r := s.readOne(ctx, p, buf[:])
+			p.bg.res.Store(&r)
+			p.bg.busy.Store(false) // after the last use of p.conn
+			<-s.slowSlots
+		}()
+	}
+}
+
 func (s *Scaler) readOne(ctx context.Context, p *pod, buf []byte) readResult {
+	start := time.Now()
 	n, err := p.conn.get(ctx, s.dialer, s.opts.ReadTimeout, buf)
+	r := readResult{at: time.Now()}
+	r.slow = r.at.Sub(start) > s.opts.ReadTimeout/2
 	if err != nil {
-		return readResult{err: err}
+		r.err = err
+		var re *stats.ResponseError
+		var ne net.Error
+		switch {
+		case errors.As(err, &re):
+			r.refused = re.Reason
+		case errors.As(err, &ne) && ne.Timeout():
+			r.slow = true
+		}
+		return r
 	}
 	snap, err := stats.Parse(buf[:n])
 	if err != nil {
-		return readResult{err: err}
+		r.err, r.refused = err, refusedFormat
+		return r
 	}
-	return readResult{ok: true, snap: snap}
+	r.ok, r.snap = true, snap
+	return r
 }
 
 // delta is how many requests a pod counted since the scaler last read it.
@@ -67,10 +143,10 @@ func delta(st *readState, snap stats.Snapshot, fromZero bool) uint64 {
 }
 
 type appAcc struct {
-	inFlight                              int64
-	busyFor                               time.Duration
-	delta                                 uint64
-	pods, ready, stale, dropped, bypassed int
+	inFlight                                       int64
+	busyFor                                        time.Duration
+	delta                                          uint64
+	pods, ready, stale, dropped, bypassed, refused int
 }
 
 // tick reads every sidecar and publishes the per-app figures.
@@ -79,6 +155,10 @@ func (s *Scaler) tick(ctx context.Context) {
 	targets := s.reg.readable()
 	s.readAll(ctx, targets)
 	for _, p := range s.reg.takeRetired() {
+		if p.bg.busy.Load() {
+			s.reg.retireAgain(p) // a slow-lane read still uses it
+			continue
+		}
 		p.conn.close() // after the reads: a worker may have been using it
 	}
 	s.aggregate(time.Now(), targets)
@@ -117,20 +197,41 @@ func (s *Scaler) aggregate(now time.Time, targets []*pod) {
 			}
 		}
 	}
-	var failed int
+	var failed, slow int
 	for _, p := range targets {
 		if p.removed.Load() {
 			continue
 		}
 		st, x := &p.readState, acc(p.app)
+		s.lane(p)
+		if st.slow {
+			slow++
+		}
 		if st.res.ok {
-			x.delta += delta(st, st.res.snap, p.fromZero)
-			x.inFlight += st.res.snap.InFlight
-			x.busyFor = max(x.busyFor, st.res.snap.BusyFor)
-			st.last, st.have, st.missed, st.dropped = st.res.snap, true, 0, false
+			res := st.res
+			reason, msg := plausible(st, res.snap, res.at, p.seen, p.fromZero)
+			if reason != "" {
+				// Left out, not even its last value kept; the next
+				// reading is checked against this one.
+				x.refused++
+				st.last, st.lastAt, st.have, st.missed, st.dropped = res.snap, res.at.UnixNano(), true, 0, false
+				s.refuse(p, reason, msg)
+				continue
+			}
+			x.delta += delta(st, res.snap, p.fromZero)
+			x.inFlight += res.snap.InFlight
+			x.busyFor = max(x.busyFor, res.snap.BusyFor)
+			st.last, st.lastAt, st.have, st.missed, st.dropped = res.snap, res.at.UnixNano(), true, 0, false
+			if st.refused != "" {
+				st.refused = ""
+				s.log.Info("sidecar's figures plausible again: counted", "pod", p.key, "app", p.app.key.Name)
+			}
 			continue
 		}
 		failed++
+		if st.res.refused != "" {
+			s.refuse(p, st.res.refused, st.res.err.Error())
+		}
 		if !st.have {
 			continue // never answered: nothing to keep (a sidecar still starting)
 		}
@@ -148,6 +249,7 @@ func (s *Scaler) aggregate(now time.Time, targets []*pod) {
 				"pod", p.key, "app", p.app.key.Name, "ticks", st.missed, "lastInFlight", st.last.InFlight, "error", st.res.err.Error())
 		}
 	}
+	s.metrics.slowPods.Set(float64(slow))
 	s.metrics.readErrors.Add(float64(failed))
 
 	cutoff := now.Add(-s.opts.MaxRateWindow)
@@ -158,6 +260,7 @@ func (s *Scaler) aggregate(now time.Time, targets []*pod) {
 		}
 		a.mu.Lock()
 		a.inFlight, a.busyFor, a.pods, a.readyPods, a.stalePods, a.droppedPods, a.bypassedPods = x.inFlight, x.busyFor, x.pods, x.ready, x.stale, x.dropped, x.bypassed
+		a.refusedPods = x.refused
 		if x.delta > 0 {
 			a.counted += x.delta
 			a.hist.add(now, a.counted)
@@ -172,4 +275,37 @@ func (s *Scaler) aggregate(now time.Time, targets []*pod) {
 		a.mu.Unlock()
 	}
 	s.firstTick.CompareAndSwap(0, now.UnixNano())
+}
+
+// lane moves p between the tick's lane and the slow lane after its read
+// (see readAll).
+func (s *Scaler) lane(p *pod) {
+	st, res := &p.readState, &p.readState.res
+	switch {
+	case res.pending:
+	case res.slow && !st.slow:
+		st.slow, st.good = true, 0
+		p.bg.res.Store(nil) // a result left from an earlier stay in the slow lane
+		st.strikes = min(st.strikes+1, maxStrikes)
+		s.log.Info("sidecar read slowly: read off the tick from now on", "pod", p.key, "app", p.app.key.Name,
+			"fastReadsToReturn", 1<<st.strikes, "error", errString(res.err))
+	case res.slow:
+		st.good = 0
+	case st.slow && res.ok:
+		st.good++
+		if st.good >= 1<<st.strikes {
+			st.slow = false
+		}
+	}
+}
+
+// maxStrikes caps the fast reads a slow pod needs to return to the tick's
+// lane at 2^8 (maxProbation ticks).
+const maxStrikes = 8
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

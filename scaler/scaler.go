@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,11 +46,14 @@ type Scaler struct {
 	asked    asked       // what ScaledObjects asked, per app
 	idle     *idleStatus // nil without an API server
 
-	reg     *registry
-	hold    *holdpush.Server
-	dialer  *net.Dialer
-	metrics *metrics
-	prom    *prometheus.Registry
+	reg       *registry
+	hold      *holdpush.Server
+	dialer    *net.Dialer
+	slowSlots chan struct{}  // the slow lane's reads under way (readSlow)
+	slowReads sync.WaitGroup // the slow lane's reads, waited for before the connections close
+	podEvents *podEvents
+	metrics   *metrics
+	prom      *prometheus.Registry
 
 	grpc     *grpc.Server
 	health   *health.Server
@@ -94,6 +98,8 @@ func New(opts Options) (*Scaler, error) {
 		s.idle = newIdleStatus(s, dyn, s.names, s.log.WithName("idle"))
 	}
 	s.dialer = &net.Dialer{Timeout: opts.ReadTimeout, KeepAlive: 30 * time.Second}
+	s.slowSlots = make(chan struct{}, opts.ReadParallelism)
+	s.podEvents = newPodEvents(client, s.log.WithName("events"))
 	s.metrics = newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: opts.GroupSuffix}, s.prom), s)
 	s.hold = holdpush.NewServer(holdpush.ServerOptions{
 		OnChange:   func(a holdpush.App, n int64) { s.reg.setHeld(a, n, time.Now()) },
@@ -207,11 +213,13 @@ func (s *Scaler) Run(ctx context.Context) error {
 		if s.idle != nil {
 			go s.idle.run(gctx)
 		}
+		go s.podEvents.run(gctx)
 		s.log.Info("serving", "grpc", s.GRPCAddr().String(), "admin", s.AdminAddr().String(), "groupSuffix", s.names.Suffix(), "tick", s.opts.Tick)
 		s.loop(gctx)
 		return nil
 	})
 	err := g.Wait()
+	s.slowReads.Wait() // each ends within --read-timeout
 	s.reg.closeAll()
 	return err
 }

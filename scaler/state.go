@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/stats"
 )
@@ -46,6 +48,7 @@ type app struct {
 	readyPods    int
 	stalePods    int // not answering, last value kept
 	droppedPods  int // not answering for longer, not counted
+	refusedPods  int // answering implausible figures, not counted
 	bypassedPods int // Running pods without a sidecar
 	counted      uint64
 	coldStarts   uint64 // times held went above 0 while no pod was ready
@@ -70,9 +73,18 @@ func (a *app) notifyLocked() {
 // under registry.mu; the read state belongs to the tick.
 type pod struct {
 	key  string
+	uid  types.UID
 	app  *app
 	url  string     // "" when not readable (no sidecar, not Running, no IP)
-	conn *statsConn // kept-alive connection to url, owned by the tick
+	conn *statsConn // kept-alive connection to url, owned by the tick or, while bg.busy, by the slow lane's read
+	seen time.Time  // when the scaler first saw the pod readable
+
+	// bg is the slow lane's read of the pod (see readAll): busy while it
+	// runs, res when it ended.
+	bg struct {
+		busy atomic.Bool
+		res  atomic.Pointer[readResult]
+	}
 
 	// guarded by registry.mu
 	sidecar   bool
@@ -88,20 +100,34 @@ type pod struct {
 type readState struct {
 	res     readResult
 	last    stats.Snapshot
+	lastAt  int64 // unix nanos of last
 	have    bool
 	missed  int
 	dropped bool
+
+	slow    bool  // read off the tick (readAll)
+	strikes uint8 // times the pod went slow
+	good    int   // fast reads in a row while slow
+
+	bootChanges int   // boot-ID changes since bootSince
+	bootSince   int64 // unix nanos
+	refused     string
 }
 
 type readResult struct {
-	ok   bool
-	snap stats.Snapshot
-	err  error
+	ok      bool
+	snap    stats.Snapshot
+	err     error
+	at      time.Time // when the read ended
+	slow    bool      // timed out or took more than half of ReadTimeout
+	pending bool      // a slow-lane read not ended (or not started) since the last tick
+	refused string    // the answer itself was refused: a stats.ResponseError reason or refusedFormat
 }
 
 // podInfo is what the scaler takes from a Pod object.
 type podInfo struct {
 	key      string
+	uid      types.UID
 	app      appKey
 	sidecar  bool
 	running  bool
@@ -123,7 +149,7 @@ func (r *registry) upsert(in podInfo, initial bool, now time.Time) (newlyBypasse
 		old.sidecar, old.running, old.ready = in.sidecar, in.running, in.ready
 		return newlyBypassed
 	}
-	p := &pod{key: in.key, url: in.url, sidecar: in.sidecar, running: in.running, ready: in.ready}
+	p := &pod{key: in.key, uid: in.uid, url: in.url, seen: now, sidecar: in.sidecar, running: in.running, ready: in.ready}
 	if in.url != "" {
 		p.conn = newStatsConn(in.hostport, stats.Path+"?"+stats.V2Query)
 	}
@@ -164,6 +190,14 @@ func (r *registry) removeLocked(p *pod) {
 	p.app.refs--
 	delete(r.pods, p.key)
 	r.dirty = true
+}
+
+// retireAgain keeps p for the next takeRetired (a slow-lane read still
+// uses its connection).
+func (r *registry) retireAgain(p *pod) {
+	r.mu.Lock()
+	r.retired = append(r.retired, p)
+	r.mu.Unlock()
 }
 
 // takeRetired returns the pods removed since the last call.
@@ -350,6 +384,7 @@ type figures struct {
 	busyFor                                               time.Duration
 	coldStarts                                            uint64
 	pods, readyPods, stalePods, droppedPods, bypassedPods int
+	refusedPods                                           int
 	counted                                               uint64
 	inWindow                                              uint64 // counted within the window asked for
 }
@@ -364,8 +399,9 @@ func (a *app) figuresLocked(now time.Time, window time.Duration) figures {
 	return figures{
 		inFlight: a.inFlight, busyFor: a.busyFor, held: a.held, coldStarts: a.coldStarts,
 		pods: a.pods, readyPods: a.readyPods, stalePods: a.stalePods, droppedPods: a.droppedPods, bypassedPods: a.bypassedPods,
-		counted:  a.counted,
-		inWindow: a.hist.since(now.Add(-window), a.counted),
+		refusedPods: a.refusedPods,
+		counted:     a.counted,
+		inWindow:    a.hist.since(now.Add(-window), a.counted),
 	}
 }
 

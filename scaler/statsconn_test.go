@@ -28,8 +28,8 @@ func TestStatsConn(t *testing.T) {
 			w.Header().Set("Connection", "close")
 			_, _ = w.Write([]byte("ebb1 0 0 1\n"))
 		}, "ebb1 0 0 1\n", ""},
-		"not 200":  {func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", http.StatusServiceUnavailable) }, "", "stats did not answer 200"},
-		"too long": {func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(strings.Repeat("x", 1000))) }, "", "longer than 256 bytes"},
+		"not 200":  {func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", http.StatusServiceUnavailable) }, "", `refused (status): status "503"`},
+		"too long": {func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(strings.Repeat("x", 1000))) }, "", "refused (too_long): Content-Length 1000 above 256"},
 		"too slow": {func(w http.ResponseWriter, _ *http.Request) { time.Sleep(300 * time.Millisecond) }, "", "i/o timeout"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,110 @@
+package scaler
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// ReasonStatsRefused is the reason of the Warning event the scaler posts on
+// a pod whose /stats answer it refused (kubectl describe pod).
+const ReasonStatsRefused = "StatsRefused"
+
+// podEvents posts StatsRefused events on pods, at most one per pod and
+// reason per refusalEvery, through a queue of podEventQueue events posted
+// one at a time, so a fleet of hostile pods costs the API server a bounded
+// rate and the tick nothing (events beyond the queue are dropped, and
+// counted in ebb_scaler_sidecar_refused_total all the same).
+type podEvents struct {
+	kube  kubernetes.Interface
+	log   logr.Logger
+	queue chan *eventsv1.Event
+
+	mu   sync.Mutex
+	last map[string]time.Time // namespace/name/reason → last posted
+}
+
+const podEventQueue = 64
+
+func newPodEvents(kube kubernetes.Interface, log logr.Logger) *podEvents {
+	return &podEvents{kube: kube, log: log, queue: make(chan *eventsv1.Event, podEventQueue), last: map[string]time.Time{}}
+}
+
+// report queues an event on p unless one for the same reason was posted
+// within refusalEvery; it does not block.
+func (e *podEvents) report(p *pod, reason, msg string, now time.Time) {
+	ns, name, _ := cutKey(p.key)
+	key := p.key + "/" + reason
+	e.mu.Lock()
+	if t, ok := e.last[key]; ok && now.Sub(t) < refusalEvery {
+		e.mu.Unlock()
+		return
+	}
+	if len(e.last) > 10_000 { // bound memory: forget the lot
+		e.last = map[string]time.Time{}
+	}
+	e.last[key] = now
+	e.mu.Unlock()
+	note := fmt.Sprintf("ebb-scaler refused what this pod's %s answered to GET /stats (app %s, reason %s): %s; its figures are not counted while it answers so.", SidecarContainer, p.app.key.Name, reason, msg)
+	if len(note) > 1024 {
+		note = note[:1021] + "..."
+	}
+	host, _ := os.Hostname()
+	ev := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".ebb-", Namespace: ns},
+		EventTime:  metav1.NewMicroTime(now),
+		Regarding:  corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, UID: p.uid},
+		Type:       corev1.EventTypeWarning, Reason: ReasonStatsRefused, Action: "ReadStats", Note: note,
+		ReportingController: "ebb-scaler", ReportingInstance: host,
+	}
+	select {
+	case e.queue <- ev:
+	default:
+		e.log.V(1).Info("event queue full: StatsRefused event dropped", "pod", p.key, "reason", reason)
+	}
+}
+
+// run posts queued events until ctx ends.
+func (e *podEvents) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-e.queue:
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if _, err := e.kube.EventsV1().Events(ev.Namespace).Create(pctx, ev, metav1.CreateOptions{}); err != nil {
+				e.log.V(1).Info("cannot post the StatsRefused event on the pod", "pod", ev.Namespace+"/"+ev.Regarding.Name, "err", err.Error())
+			}
+			cancel()
+		}
+	}
+}
+
+func cutKey(key string) (ns, name string, ok bool) {
+	for i := range len(key) {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", key, false
+}
+
+// refuse counts, logs (on a change of reason) and reports a refused
+// reading of p.
+func (s *Scaler) refuse(p *pod, reason, msg string) {
+	s.metrics.refused.WithLabelValues(reason).Inc()
+	st := &p.readState
+	if st.refused != reason {
+		st.refused = reason
+		s.log.Info("sidecar's answer refused: its figures are not counted", "pod", p.key, "app", p.app.key.Name, "reason", reason, "why", msg)
+	}
+	s.podEvents.report(p, reason, msg, time.Now())
+}
