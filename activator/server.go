@@ -51,8 +51,8 @@ func NewServer(d *Router, srv *http.Server) *Server {
 		MaxHeaderBytes: cmp.Or(srv.MaxHeaderBytes, http.DefaultMaxHeaderBytes),
 		// No response-header timeout of its own: the app's sidecar answers
 		// 504 after its own, and a client that goes away ends the request.
-		KeepRaw:   true,
-		Forwarded: true, // as httputil.ProxyRequest.SetXForwarded on the net/http path
+		// Forwarding headers: as on the net/http path (http1.SetForwarded).
+		KeepRaw: true,
 	}, s, s.ln.handOff, d.opts.Log)
 	return s
 }

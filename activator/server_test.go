@@ -151,14 +151,17 @@ func TestWarmUpstreamDyingMidFlightIs502(t *testing.T) {
 	}
 }
 
-func TestWarmForwardsHeadersAsNetHTTPPathDid(t *testing.T) {
+// TestWarmForwardsHeadersAsNetHTTPPathDoes: Host and target as received,
+// hop-by-hop headers dropped, the client's X-Forwarded-Proto passed as sent
+// and none added (TestForwardingHeadersPassThrough has the policy).
+func TestWarmForwardsHeadersAsNetHTTPPathDoes(t *testing.T) {
 	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	app := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s|%s|%s|%s|%s|%s", r.Host, r.URL.RequestURI(), r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Hop"))
 	})
 	dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
 	code, _, body := do(t, t.Context(), url+"/p?q=1", "hello.test", "X-Forwarded-For", "10.1.1.1", "X-Forwarded-Proto", "https", "Connection", "X-Hop", "X-Hop", "dropped")
-	if want := "hello.test|/p?q=1|10.1.1.1, 127.0.0.1|hello.test|http|"; code != 200 || body != want {
+	if want := "hello.test|/p?q=1|10.1.1.1, 127.0.0.1||https|"; code != 200 || body != want {
 		t.Errorf("got %d %q, want 200 %q", code, body, want)
 	}
 }

@@ -100,7 +100,7 @@ func (p *upstreams) reverseProxy(addr string, rt http.RoundTripper) *httputil.Re
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = addr
 			pr.Out.Host = pr.In.Host // the app may route by Host
-			pr.SetXForwarded()
+			h1.SetForwarded(pr)      // as the engine does on the warm path
 		},
 		Transport:  rt,
 		BufferPool: p.pool,

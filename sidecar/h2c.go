@@ -60,7 +60,7 @@ func newH2CServer(p *proxy) *h2cServer {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = p.opts.Upstream
-			pr.SetXForwarded()
+			h1.SetForwarded(pr) // as the engine does on HTTP/1.1
 		},
 		Transport:     tr,
 		FlushInterval: -1, // gRPC and other streams: flush every write

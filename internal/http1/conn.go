@@ -52,11 +52,6 @@ type Options struct {
 	// KeepRaw keeps each request head as received so that Conn.HandOff can
 	// give the connection, request included, to another server.
 	KeepRaw bool
-	// Forwarded sets X-Forwarded-Host and X-Forwarded-Proto (http) and drops
-	// the client's Forwarded, X-Forwarded-Host and X-Forwarded-Proto, as
-	// httputil.ProxyRequest.SetXForwarded does; X-Forwarded-For is appended
-	// to either way.
-	Forwarded bool
 }
 
 // Handler is what a server built on the engine decides for each request.

@@ -141,13 +141,16 @@ func FuzzReadRequest(f *testing.F) {
 	})
 }
 
+// TestReadRequestKeepRawAndForwarded: the head as received is kept for a
+// hand-off, and the client's forwarding headers pass as received, but
+// X-Forwarded-For, which gets the client's address (forwarded.go).
 func TestReadRequestKeepRawAndForwarded(t *testing.T) {
 	raw := "GET /a%20b?x HTTP/1.1\nHost: h.test\r\nForwarded: for=1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\n\r\nNEXT"
-	cc, _, _, err := parseHeadWith(raw, Options{Name: "ebb-test", MaxHeaderBytes: 4096, KeepRaw: true, Forwarded: true})
+	cc, _, _, err := parseHeadWith(raw, Options{Name: "ebb-test", MaxHeaderBytes: 4096, KeepRaw: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantOut := "GET /a%20b?x HTTP/1.1\r\nHost: h.test\r\nX-Forwarded-For: 10.0.0.9\r\nX-Forwarded-Host: h.test\r\nX-Forwarded-Proto: http\r\n\r\n"
+	wantOut := "GET /a%20b?x HTTP/1.1\r\nHost: h.test\r\nForwarded: for=1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\nX-Forwarded-For: 10.0.0.9\r\n\r\n"
 	if diff := cmp.Diff(wantOut, string(cc.out)); diff != "" {
 		t.Errorf("head for the upstream (-want +got):\n%s", diff)
 	}

@@ -41,8 +41,9 @@ func (e badRequest) Error() string { return string(e) }
 // Proxy-Connection, an Upgrade not asked for, and every header the
 // Connection header names, except Host); then the framing the engine
 // applies to the body (Content-Length or Transfer-Encoding: chunked, from
-// the parsed values), X-Forwarded-For and, for an upgrade, Connection:
-// Upgrade. Whatever the client's Connection header names, the app frames
+// the parsed values), X-Forwarded-For (the client's values, then its
+// address; the other forwarding headers pass as received: forwarded.go)
+// and, for an upgrade, Connection: Upgrade. Whatever the client's Connection header names, the app frames
 // the body exactly as the engine does.
 func (cc *Conn) readRequest(rq *Request) (int, error) {
 	budget := cc.o.MaxHeaderBytes
@@ -168,8 +169,6 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 			if eqFold(name, "upgrade") {
 				rq.hasUpgrade = true
 			}
-		case 9:
-			drop = cc.o.Forwarded && eqFold(name, "forwarded")
 		case 10:
 			switch {
 			case eqFold(name, "connection"):
@@ -200,7 +199,7 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 				cc.xff = append(cc.xff, value...)
 			}
 		case 16:
-			drop = eqFold(name, "proxy-connection") || cc.o.Forwarded && eqFold(name, "x-forwarded-host")
+			drop = eqFold(name, "proxy-connection")
 		case 17:
 			switch {
 			case eqFold(name, "transfer-encoding"):
@@ -213,8 +212,6 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 					return 501, badRequest("unsupported Transfer-Encoding (only chunked is)")
 				}
 				rq.chunked = true
-			case cc.o.Forwarded && eqFold(name, "x-forwarded-proto"):
-				drop = true
 			}
 		}
 		if !drop {
@@ -251,14 +248,6 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 	}
 	out = append(out, cc.ip...)
 	out = append(out, '\r', '\n')
-	if cc.o.Forwarded {
-		if rq.host {
-			out = append(out, "X-Forwarded-Host: "...)
-			out = append(out, cc.host...)
-			out = append(out, '\r', '\n')
-		}
-		out = append(out, "X-Forwarded-Proto: http\r\n"...)
-	}
 	if rq.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
