@@ -6,8 +6,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 // Behaviour of the engine that ebb-sidecar and ebb-activator share, on real
@@ -86,15 +89,68 @@ func rawApp(t *testing.T, resp string, closeAfter bool) string {
 	})
 }
 
+// keepAliveRaceApp answers the first request of each connection with resp
+// and closes the connection when the second one comes, without an answer
+// (its keep-alive timeout fired as the request arrived): a pooled
+// connection that looked clean when it was taken. With reset, it closes
+// with a reset.
+func keepAliveRaceApp(t *testing.T, resp string, reset bool) (addr string, conns *atomic.Int32) {
+	t.Helper()
+	conns = new(atomic.Int32)
+	addr = rawConnApp(t, func(c net.Conn, _ <-chan struct{}) {
+		defer c.Close()
+		conns.Add(1)
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if i == 1 {
+				if reset {
+					c.(*net.TCPConn).SetLinger(0)
+				}
+				return
+			}
+			io.WriteString(c, resp)
+		}
+	})
+	return addr, conns
+}
+
+// TestAppClosesPooledConnection: the app closes a pooled connection as the
+// next request arrives on it, before any byte of an answer: an idempotent
+// request is sent again on a fresh connection and answered; a POST, which
+// the app may have acted on, gets a 502 and is not sent twice.
 func TestAppClosesPooledConnection(t *testing.T) {
-	// The pooled connection is dead at the next request: a GET is sent
-	// again on a fresh one.
-	e := startEngine(t, rawApp(t, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n", true), testEngineOptions())
-	cl := dial(t, e.addr)
-	for range 5 {
-		cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-		wantEq(t, "response", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n", cl.response("GET"))
-		time.Sleep(10 * time.Millisecond)
+	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+	for _, reset := range []bool{false, true} {
+		name := "FIN"
+		if reset {
+			name = "reset"
+		}
+		t.Run(name, func(t *testing.T) {
+			app, conns := keepAliveRaceApp(t, ok, reset)
+			e := startEngine(t, app, testEngineOptions())
+			cl := dial(t, e.addr)
+			for i := range 3 {
+				cl.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+				wantEq(t, "response", ok, cl.response("GET"))
+				// Every request but the first went to the pooled
+				// connection of the one before, and again to a new one.
+				if n := conns.Load(); n != int32(i+1) {
+					t.Errorf("request %d: the app saw %d connections, want %d", i, n, i+1)
+				}
+			}
+			cl.send("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
+			if got := cl.response("POST"); !strings.HasPrefix(got, "HTTP/1.1 502 Bad Gateway\r\n") {
+				t.Errorf("POST on a connection the app closes: %q, want a 502", got)
+			}
+			if n := conns.Load(); n != 3 {
+				t.Errorf("the app saw %d connections, want 3: a POST is not sent again", n)
+			}
+		})
 	}
 }
 
@@ -161,4 +217,74 @@ func TestChunkedTrailersAndHead(t *testing.T) {
 	if got := cl.response("GET"); !strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") {
 		t.Errorf("after HEAD: %q", got)
 	}
+}
+
+// TestPoolReuse: what goes back to the pool and what does not, seen from
+// the app's connections. A response followed by bytes in the same segment
+// (read with it) costs the app its connection; a connection whose pool was
+// closed during the exchange (CloseIdle(0): the upstream is gone) is
+// closed after it; request and response heads larger than the buffers
+// leave the connection clean for the next request.
+func TestPoolReuse(t *testing.T) {
+	t.Run("bytes after the response in the same segment", func(t *testing.T) {
+		app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+			if req.URL.Path == "/extra" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOKHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
+				return
+			}
+			echoPath(c, req)
+		})
+		e := startEngine(t, app.addr, testEngineOptions())
+		cl := dial(t, e.addr)
+		cl.send("GET /extra HTTP/1.1\r\nHost: a\r\n\r\n")
+		wantEq(t, "response", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK", cl.response("GET"))
+		fresh(t, e, "/b")
+		if n := len(app.received()); n != 2 {
+			t.Errorf("the app saw %d connections, want 2: the one with extra bytes is not pooled", n)
+		}
+		if n := e.h.up.Idle(); n != 1 {
+			t.Errorf("%d pooled connections, want 1", n)
+		}
+	})
+	t.Run("pool closed during the exchange", func(t *testing.T) {
+		release := make(chan struct{})
+		app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+			if req.URL.Path == "/wait" {
+				<-release
+			}
+			echoPath(c, req)
+		})
+		e := startEngine(t, app.addr, testEngineOptions())
+		cl := dial(t, e.addr)
+		cl.send("GET /wait HTTP/1.1\r\nHost: a\r\n\r\n")
+		testwait.For(t, time.Second, "request in flight", func() bool { return e.h.inFlight.Load() == 1 })
+		e.h.up.CloseIdle(time.Now(), 0)
+		close(release)
+		wantEq(t, "response", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nGET /wait", cl.response("GET"))
+		testwait.For(t, time.Second, "connection to the app closed", func() bool { return app.eofs.Load() == 1 })
+		if n := e.h.up.Idle(); n != 0 {
+			t.Errorf("%d pooled connections, want 0 once the pool is closed", n)
+		}
+	})
+	t.Run("large heads", func(t *testing.T) {
+		big := strings.Repeat("b", 20<<10)
+		app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+			if req.URL.Path == "/big" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Big: "+big+"\r\nContent-Length: 2\r\n\r\nOK")
+				return
+			}
+			echoPath(c, req)
+		})
+		o := testEngineOptions()
+		o.MaxHeaderBytes = 64 << 10
+		e := startEngine(t, app.addr, o)
+		cl := dial(t, e.addr)
+		cl.send("GET /big HTTP/1.1\r\nHost: a\r\nX-Big: " + big + "\r\n\r\n")
+		wantEq(t, "response", "HTTP/1.1 200 OK\r\nX-Big: "+big+"\r\nContent-Length: 2\r\n\r\nOK", cl.response("GET"))
+		cl.send("GET /small HTTP/1.1\r\nHost: a\r\n\r\n")
+		wantEq(t, "next response", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nGET /small", cl.response("GET"))
+		if n := len(app.received()); n != 1 {
+			t.Errorf("the app saw %d connections, want 1: the connection is reused after large heads", n)
+		}
+	})
 }
