@@ -116,9 +116,14 @@ func NewRouter(opts RouterOptions) *Router {
 	d := &Router{
 		opts:      opts,
 		upstreams: newUpstreams(opts.Log),
+		// A sidecar's /ready is read from a pod, which is whatever its
+		// namespace's user makes it: bounded in time (the whole exchange),
+		// in head bytes, never followed elsewhere by a redirect, and its
+		// body never read (probeReady).
 		probe: &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second, DisableCompression: true,
-		}},
+			MaxResponseHeaderBytes: probeMaxHeaderBytes,
+		}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		apps: map[routing.Key]*app{},
 	}
 	d.parking.d = d
@@ -612,6 +617,10 @@ type probeResult struct {
 	addr  string
 	ready bool
 }
+
+// probeMaxHeaderBytes bounds the head of a sidecar's /ready answer (the
+// sidecar's is about 150 bytes).
+const probeMaxHeaderBytes = 4 << 10
 
 func (d *Router) probeReady(admin string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)

@@ -134,6 +134,9 @@ func (c Check) url() string {
 	return scheme + "://" + hostPort(c.HTTP.Host, c.HTTP.Port) + c.HTTP.Path
 }
 
+// MaxHeaderBytes bounds the head of an app's answer to an HTTP check.
+const MaxHeaderBytes = 1 << 20
+
 // Runner runs one Check; build it once and call Run as often as needed.
 type Runner struct {
 	check  Check
@@ -149,6 +152,10 @@ func NewRunner(c Check) *Runner {
 			Timeout: c.Timeout(),
 			Transport: &http.Transport{
 				DisableKeepAlives: true, // as the kubelet: every check on a new connection
+				// The body is never read; the head is bounded below Go's
+				// default 10 MB (which the kubelet keeps), within the
+				// sidecar's memory budget.
+				MaxResponseHeaderBytes: MaxHeaderBytes,
 				// The kubelet does not verify an HTTPS probe's certificate.
 				TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 			},

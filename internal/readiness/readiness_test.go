@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRoundTripAndValidate(t *testing.T) {
@@ -60,5 +61,40 @@ func TestRun(t *testing.T) {
 	srv.Close()
 	if err := NewRunner(Check{TCP: &TCPSocket{Port: int32(port)}}).Run(context.Background()); err == nil {
 		t.Error("tcp to a closed port passed")
+	}
+}
+
+// TestRunEndlessHead: an app answering the check with a head that never
+// ends fails it once MaxHeaderBytes are read (Go's default is 10 MB).
+func TestRunEndlessHead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\n"))
+				pad := []byte("X-Pad: " + strings.Repeat("x", 1000) + "\r\n")
+				for {
+					if _, err := c.Write(pad); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	port, _ := strconv.Atoi(strings.TrimPrefix(ln.Addr().String(), "127.0.0.1:"))
+	r := NewRunner(Check{HTTP: &HTTPGet{Port: int32(port), Path: "/ready"}, TimeoutSeconds: 5})
+	start := time.Now()
+	err = r.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "exceeded "+strconv.Itoa(MaxHeaderBytes)+" bytes") || time.Since(start) > 3*time.Second {
+		t.Errorf("Run = %v after %s; want the head refused as too long, at once", err, time.Since(start))
 	}
 }
