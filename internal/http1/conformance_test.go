@@ -438,6 +438,8 @@ func TestStrictChunkedRequestBodies(t *testing.T) {
 		{"no CRLF after the data", "3\r\nabcd\r\n0\r\n\r\n"},
 		{"trailer without a colon", "3\r\nabc\r\n0\r\nX-T 1\r\n\r\n"},
 		{"bare LF ending the body", "3\r\nabc\r\n0\r\n\n"},
+		{"a size of 17 digits", "00000000000000003\r\nabc\r\n0\r\n\r\n"},
+		{"a size of 29 digits", "00000000000000000000000000004\r\nabcd\r\n0\r\n\r\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1080,4 +1082,40 @@ func TestEndlessInformationalResponsesAreCut(t *testing.T) {
 			testwait.For(t, time.Second, "connection to the app closed", func() bool { return eofs.Load() == 1 })
 		})
 	}
+}
+
+// TestChunkFramingIsReEmitted: chunked bodies go on framed from what was
+// parsed, in both directions: each size in minimal lower-case hex, without
+// leading zeros, white space or chunk extensions (RFC 9112 section 7.1.1
+// has recipients ignore them), the data and trailer fields as received: an
+// app sees "4" for "0000000000000004" (issue 34, found 6: a size line of 29
+// digits went on as received; more than net/http's 16 digits are now
+// refused, TestStrictChunkedRequestBodies).
+func TestChunkFramingIsReEmitted(t *testing.T) {
+	const (
+		odd  = "0000000000000004\r\nabcd\r\n000A;name=\"v\";x \t\r\n0123456789\r\n1 \t \r\n!\r\n000;end=1\r\nX-Sum: 42\r\n\r\n"
+		tidy = "4\r\nabcd\r\na\r\n0123456789\r\n1\r\n!\r\n0\r\nX-Sum: 42\r\n\r\n"
+	)
+	app := startScriptApp(t, func(c net.Conn, req *http.Request) {
+		if req.URL.Path == "/odd" {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"+odd)
+			return
+		}
+		echoPath(c, req)
+	})
+	e := startEngine(t, app.addr, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+	time.Sleep(20 * time.Millisecond) // streamed
+	cl.send(odd)
+	wantEq(t, "response to the upload", "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nPOST /up", cl.response("POST"))
+	cl.send("POST /inline HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + odd)
+	wantEq(t, "response to the second upload", "HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nPOST /inline", cl.response("POST"))
+	cl.send("GET /odd HTTP/1.1\r\nHost: a\r\n\r\n")
+	wantEq(t, "chunked response", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"+tidy, cl.response("GET"))
+	wantEq(t, "what the app received",
+		"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n"+tidy+
+			"POST /inline HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n"+tidy+
+			"GET /odd HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n",
+		strings.Join(app.received(), "")) // on one connection or more
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httputil"
 	"net/textproto"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ type verdict struct {
 	framing string
 	rest    int // bytes of the input after the message, body included
 	close   bool
+	// body: a chunked body as decoded (net/http), or as the engine re-frames
+	// it to send on (the engine).
+	body []byte
 }
 
 func (v verdict) String() string {
@@ -38,8 +42,9 @@ func (v verdict) String() string {
 	return fmt.Sprintf("framing=%s rest=%d close=%v", v.framing, v.rest, v.close)
 }
 
-// readBody consumes a body framed by f from br.
-func readBody(br *bufio.Reader, f *framing) error {
+// readBody consumes a body framed by f from br; a chunked body is re-framed
+// as the engine sends it on, into out.
+func readBody(br *bufio.Reader, f *framing, out *[]byte) error {
 	for !f.done() {
 		if br.Buffered() == 0 {
 			if _, err := br.Peek(1); err != nil {
@@ -50,13 +55,44 @@ func readBody(br *bufio.Reader, f *framing) error {
 			}
 		}
 		b, _ := br.Peek(br.Buffered())
-		n, err := f.consume(b)
+		var n int
+		var err error
+		if f.kind == bodyChunked {
+			n, *out, err = f.reframe(b, *out)
+		} else {
+			n, err = f.consume(b)
+		}
 		br.Discard(n)
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkReframed holds a chunked body as the engine re-frames it to what
+// net/http decoded of the original: net/http decodes the re-framed body to
+// the same bytes, and the engine's own scanner takes it whole, every size
+// line in minimal hex without extensions.
+func checkReframed(t *testing.T, raw []byte, ours, std verdict) {
+	t.Helper()
+	if !ours.ok || !std.ok || ours.framing != "chunked" || std.framing != "chunked" {
+		return
+	}
+	got, err := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(ours.body)))
+	if err != nil || !bytes.Equal(got, std.body) {
+		t.Fatalf("message %q\nre-framed %q\nnet/http decodes it to %q (%v), and the original to %q", raw, ours.body, got, err, std.body)
+	}
+	var f framing
+	f.reset(bodyChunked, 0)
+	if n, err := f.consume(ours.body); err != nil || n != len(ours.body) || !f.done() {
+		t.Fatalf("message %q\nre-framed %q: the engine's scanner takes %d bytes, done %v, %v", raw, ours.body, n, f.done(), err)
+	}
+	for _, l := range bytes.Split(ours.body, []byte("\r\n")) {
+		if bytes.IndexByte(l, ';') >= 0 && len(l) > 0 && l[0] != '0' && !bytes.Contains(got, l) {
+			t.Fatalf("message %q\nre-framed %q: an extension went on (%q)", raw, ours.body, l)
+		}
+	}
 }
 
 func ourRequest(raw []byte) (v verdict, http10, h2 bool) {
@@ -78,7 +114,7 @@ func ourRequest(raw []byte) (v verdict, http10, h2 bool) {
 	default:
 		v.framing = "none"
 	}
-	if err := readBody(br, &f); err != nil {
+	if err := readBody(br, &f, &v.body); err != nil {
 		return v, rq.http10, false
 	}
 	v.ok = true
@@ -130,8 +166,12 @@ func stdRequest(raw []byte) verdict {
 	default:
 		v.framing = "none"
 	}
-	if _, err := io.Copy(io.Discard, req.Body); err != nil {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
 		return v
+	}
+	if v.framing == "chunked" {
+		v.body = body
 	}
 	v.ok = true
 	v.rest = br.Buffered() + src.Len()
@@ -208,8 +248,8 @@ func hasOddChunkBytes(raw []byte) bool {
 // hasBareLFInChunkLines reports whether a chunk-size line, the CRLF after
 // a chunk's data or a trailer line (the empty one that ends them included)
 // of a chunked body ends in a LF without its CR. The engine refuses it:
-// RFC 9112 section 7.1 frames chunks with CRLF, and the engine passes a
-// chunked body on as received. net/http takes LF alone. LF bytes inside a
+// RFC 9112 section 7.1 frames chunks with CRLF (and trailer lines go on as
+// received). net/http takes LF alone. LF bytes inside a
 // chunk's data are content and do not count.
 func hasBareLFInChunkLines(raw []byte) bool {
 	_, body := splitHead(raw)
@@ -289,7 +329,7 @@ func requestAllowed(raw []byte, ours, std verdict, http10 bool) string {
 	}():
 		return "Content_Length, Transfer_Encoding: refused, since servers that read _ as - (CGI, WSGI) would frame by them; net/http takes them as unknown headers"
 	case !ours.ok && std.ok && hasBareLFInChunkLines(raw):
-		return "a chunked body's size, data-ending or trailer line ending in a bare LF: refused (RFC 9112 section 7.1; the engine passes chunked bodies on as received); net/http takes LF alone"
+		return "a chunked body's size, data-ending or trailer line ending in a bare LF: refused (RFC 9112 section 7.1 frames chunks with CRLF; trailer lines go on as received); net/http takes LF alone"
 	case !ours.ok && std.ok && hasOddChunkBytes(raw):
 		return "chunk extensions with control bytes, trailer names that are not tokens, folded trailers: refused; net/http discards extensions, does not check trailer names and joins folded lines"
 	}
@@ -313,6 +353,7 @@ func FuzzDifferentialRequest(f *testing.F) {
 		}
 		std := stdRequest(raw)
 		if ours.ok == std.ok && (!ours.ok || ours.framing == std.framing && ours.rest == std.rest && (http10 || ours.close == std.close)) {
+			checkReframed(t, raw, ours, std)
 			return
 		}
 		if why := requestAllowed(raw, ours, std, http10); why != "" {
@@ -355,7 +396,7 @@ func ourResponse(raw []byte, method string) verdict {
 		v.framing = "close"
 	}
 	if v.framing != "tunnel" {
-		if err := readBody(br, &f); err != nil {
+		if err := readBody(br, &f, &v.body); err != nil {
 			return v
 		}
 	}
@@ -394,8 +435,12 @@ func stdResponse(raw []byte, method string) (verdict, *http.Response) {
 		v.framing = "close"
 	}
 	if v.framing != "tunnel" {
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
 			return v, resp
+		}
+		if v.framing == "chunked" {
+			v.body = body
 		}
 	}
 	v.ok = true
@@ -483,6 +528,7 @@ func FuzzDifferentialResponse(f *testing.F) {
 		// reflects the header only.
 		sameClose := ours.close == std.close || bytes.HasPrefix(raw, []byte("HTTP/1.0")) || ours.framing == "close"
 		if ours.ok == std.ok && (!ours.ok || ours.framing == std.framing && ours.rest == std.rest && sameClose) {
+			checkReframed(t, raw, ours, std)
 			return
 		}
 		if why := responseAllowed(raw, ours, std); why != "" {
@@ -524,6 +570,8 @@ var differentialRequestSeeds = []string{
 	"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 02\r\n\r\nhi",
 	"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT: 1\r\n 2\r\n\r\n",
 	"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000003\r\nabc\r\n0\r\n\r\n",
+	"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000000000000000004\r\nabcd\r\n0\r\n\r\n",
+	"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000004\r\nabcd\r\n000A;n=\"v\";x \t\r\n0123456789\r\n1 \t \r\n!\r\n000;e=1\r\nX: 1\r\n\r\n",
 }
 
 var differentialResponseSeeds = []string{
@@ -547,6 +595,7 @@ var differentialResponseSeeds = []string{
 	"HTTP/1.0 100\n\nHTTP/0.0 200 0000\n\n",
 	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 002\r\n\r\nhi",
 	strings.Repeat("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", 2),
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n00004;x=y\r\nabcd\r\nA \r\n0123456789\r\n0\r\nT: 1\r\n\r\n",
 }
 
 // TestBareLFInChunkLines: the oracle's allowance covers LF alone ending a

@@ -11,8 +11,10 @@
 // are never copied but re-emitted from the framing the engine applies, so
 // whatever a Connection header names, the next hop delimits the body as the
 // engine did. Chunked bodies pass through a byte-level scanner that accepts
-// exactly the chunked grammar (CRLF line ends, extension and trailer
-// syntax). Bad requests get 400/431/501/505 (405 for CONNECT); a bad
+// exactly the chunked grammar (CRLF line ends, at most 16 size digits,
+// extension and trailer syntax) and go on re-framed from what it parsed:
+// sizes in minimal hex, extensions dropped, data and trailers as received.
+// Bad requests get 400/431/501/505 (405 for CONNECT); a bad
 // response from the app gets the client a 502 and the app's connection
 // closed.
 //

@@ -3,13 +3,14 @@ package http1
 import (
 	"bytes"
 	"errors"
+	"strconv"
 )
 
 // Body framings of an HTTP/1.x message.
 const (
 	bodyNone    uint8 = iota // no body
 	bodyLength               // Content-Length bytes
-	bodyChunked              // chunked, passed on as received once checked (trailers included)
+	bodyChunked              // chunked, re-framed from what was parsed (trailers as received, once checked)
 	bodyClose                // until the sender closes (responses only)
 )
 
@@ -23,6 +24,9 @@ const (
 	// maxChunkDigits: 15 significant hex digits keep a chunk size within
 	// int64.
 	maxChunkDigits = 15
+	// maxSizeDigits: a chunk size has at most 16 hex digits, leading zeros
+	// included (net/http's bound).
+	maxSizeDigits = 16
 )
 
 // States of the chunked scanner (RFC 9112 section 7.1). Every line ends
@@ -45,8 +49,9 @@ const (
 // framing tracks how much of one message body is still to come. The chunked
 // scanner is a byte-level state machine so that any slice of input can be
 // checked and consumed without buffering; it accepts exactly RFC 9112's
-// chunked grammar (white space after the size as net/http does), so what it
-// passes on is framed the same for every parser after it.
+// chunked grammar (white space after the size and at most 16 size digits,
+// as net/http has them), and reframe sends on what it parsed, so what goes
+// on is framed the same for every parser after it.
 type framing struct {
 	kind uint8
 	// rechunk: a body until close, sent on chunked (responses to HTTP/1.1
@@ -86,22 +91,34 @@ func (f *framing) consume(b []byte) (int, error) {
 	case bodyClose:
 		return len(b), nil
 	}
-	return f.chunked(b)
+	return f.chunked(b, nil)
 }
 
-func (f *framing) chunked(b []byte) (int, error) {
+// reframe consumes a chunked body like consume and appends to out what to
+// send on for the bytes consumed: the chunks framed from what was parsed
+// (each size in minimal lower-case hex with CRLF, no white space, no
+// extensions: RFC 9112 section 7.1.1 has recipients ignore them), the data
+// and the trailer section as received (every trailer line was checked).
+func (f *framing) reframe(b, out []byte) (int, []byte, error) {
+	n, err := f.chunked(b, &out)
+	return n, out, err
+}
+
+// chunked scans a chunked body; with out, it appends the body re-framed.
+func (f *framing) chunked(b []byte, out *[]byte) (int, error) {
 	i := 0
 	for i < len(b) {
 		c := b[i]
 		switch f.state {
 		case csSize:
 			if v, ok := unhex(c); ok {
-				// Leading zeros are allowed (as net/http does); the value
-				// stays below 16^maxChunkDigits.
-				if f.size >= 1<<(4*(maxChunkDigits-1)) || f.line >= maxChunkLine {
+				// At most maxSizeDigits digits, leading zeros included (as
+				// net/http has it); the value stays below
+				// 16^maxChunkDigits.
+				if f.size >= 1<<(4*(maxChunkDigits-1)) || f.digits >= maxSizeDigits {
 					return i, errChunked
 				}
-				f.digits = 1
+				f.digits++
 				f.size = f.size<<4 | int64(v)
 				f.line++
 				i++
@@ -136,8 +153,8 @@ func (f *framing) chunked(b []byte) (int, error) {
 			f.line++
 			i++
 		case csExt:
-			// Extensions are passed on; any byte of a field value but
-			// CR, which must end the line.
+			// Extensions are checked and dropped: any byte of a field
+			// value but CR, which must end the line.
 			j := i
 			for j < len(b) && b[j] != '\r' && valueChars[b[j]] {
 				j++
@@ -159,6 +176,10 @@ func (f *framing) chunked(b []byte) (int, error) {
 				return i, errChunked
 			}
 			i++
+			if out != nil {
+				*out = strconv.AppendInt(*out, f.size, 16)
+				*out = append(*out, '\r', '\n')
+			}
 			f.endSizeLine()
 		case csData:
 			k := len(b) - i
@@ -167,6 +188,9 @@ func (f *framing) chunked(b []byte) (int, error) {
 				f.state = csDataCR
 			}
 			f.remain -= int64(k)
+			if out != nil {
+				*out = append(*out, b[i:i+k]...)
+			}
 			i += k
 		case csDataCR:
 			if c != '\r' {
@@ -180,6 +204,35 @@ func (f *framing) chunked(b []byte) (int, error) {
 			}
 			f.state = csSize
 			i++
+			if out != nil {
+				*out = append(*out, '\r', '\n')
+			}
+		case csTrailerStart, csTrailerName, csTrailerValue, csTrailerLF, csFinalLF:
+			// The trailer section goes on as received: its lines are
+			// checked byte by byte below.
+			j, err := f.trailer(b, i)
+			if out != nil {
+				*out = append(*out, b[i:j]...)
+			}
+			if err != nil || f.kind == bodyNone {
+				return j, err
+			}
+			i = j
+		}
+		if f.line > maxTrailerBytes {
+			return i, errChunked
+		}
+	}
+	return i, nil
+}
+
+// trailer scans the trailer section (and the final CRLF) from b[i:]; it
+// returns where it stopped: the end of b, the end of the body (f.kind is
+// then bodyNone) or the offending byte.
+func (f *framing) trailer(b []byte, i int) (int, error) {
+	for i < len(b) {
+		c := b[i]
+		switch f.state {
 		case csTrailerStart:
 			switch {
 			case c == '\r':

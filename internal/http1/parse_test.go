@@ -82,7 +82,8 @@ func TestFramingChunked(t *testing.T) {
 		{"5\r\nhelloXX", -1, false, "data longer than announced"},
 		{"fffffffffffffffff\r\n", -1, false, "size overflow"},
 		{"1000000000000000\r\n", -1, false, "16 significant digits"},
-		{"00000000000000000003\r\nabc\r\n0\r\n\r\n", 32, true, "leading zeros (as net/http)"},
+		{"0000000000000003\r\nabc\r\n0\r\n\r\n", 28, true, "leading zeros, 16 digits in all (as net/http)"},
+		{"00000000000000003\r\nabc\r\n0\r\n\r\n", -1, false, "17 digits, leading zeros included (net/http refuses them)"},
 	}
 	for _, tt := range tests {
 		// Whole, and cut at every position: the result must not depend on

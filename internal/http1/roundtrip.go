@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -375,6 +376,8 @@ func (cc *Conn) waitBody() error {
 // blocking read from the client gets the idle timeout.
 func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 	src := cc.br
+	buf := chunkBufs.Get().(*[]byte)
+	defer chunkBufs.Put(buf)
 	for !f.done() {
 		if src.Buffered() == 0 {
 			cc.c.SetReadDeadline(time.Now().Add(cc.o.IdleTimeout))
@@ -383,16 +386,25 @@ func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 			}
 		}
 		b, _ := src.Peek(src.Buffered())
-		n, err := f.consume(b)
-		if n > 0 {
+		var n int
+		var err error
+		out := b
+		if f.kind == bodyChunked {
+			n, *buf, err = f.reframe(b, (*buf)[:0])
+			out = *buf
+		} else {
+			n, err = f.consume(b)
+			out = b[:n]
+		}
+		if len(out) > 0 {
 			// An app that stops reading the body stalls the upload like a
 			// client that stops sending it.
 			dst.SetWriteDeadline(time.Now().Add(cc.o.IdleTimeout))
-			if _, werr := dst.Write(b[:n]); werr != nil {
+			if _, werr := dst.Write(out); werr != nil {
 				return werr
 			}
-			src.Discard(n)
 		}
+		src.Discard(n)
 		if err != nil {
 			return err
 		}
@@ -441,20 +453,26 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 			cc.now = time.Now() // a stream: keep the write deadline moving
 		}
 		b, _ := src.Peek(src.Buffered())
-		n, err := f.consume(b)
+		var n int
+		var err error
+		var piece []byte
+		switch {
+		case f.kind == bodyChunked:
+			n, cc.chunk, err = f.reframe(b, cc.chunk[:0])
+			piece = cc.chunk
+		case f.rechunk:
+			n, err = f.consume(b)
+			cc.chunk = appendChunk(cc.chunk[:0], b[:n])
+			piece = cc.chunk
+		default:
+			n, err = f.consume(b)
+			piece = b[:n]
+		}
 		if err != nil {
 			return sent, err
 		}
-		piece, extra := b[:n], 0
-		if f.rechunk {
-			extra = chunkOverhead
-		}
-		if len(pending)+n+extra <= mergeMax && pending != nil {
-			if f.rechunk {
-				pending = appendChunk(pending, piece)
-			} else {
-				pending = append(pending, piece...)
-			}
+		if len(pending)+len(piece) <= mergeMax && pending != nil {
+			pending = append(pending, piece...)
 			cc.resp = pending // keep the grown buffer
 		} else {
 			sent = true
@@ -464,12 +482,10 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 				}
 				pending = nil
 			}
-			if f.rechunk {
-				cc.chunk = appendChunk(cc.chunk[:0], piece)
-				piece = cc.chunk
-			}
-			if err := cc.write(dst, piece); err != nil {
-				return sent, err
+			if len(piece) > 0 {
+				if err := cc.write(dst, piece); err != nil {
+					return sent, err
+				}
 			}
 		}
 		src.Discard(n)
@@ -488,15 +504,19 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 	return sent, nil
 }
 
-// chunkOverhead bounds what appendChunk adds to a piece of upstreamBufSize
-// bytes at most: the size in hex and two CRLFs.
-const chunkOverhead = 8 + 4
+// chunkBufs hold request bodies re-framed on their way to the app (the
+// response's are in Conn.chunk: both may be under way at once).
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, clientBufSize+64); return &b }}
 
 // lastChunk ends a chunked body without trailers.
 var lastChunk = []byte("0\r\n\r\n")
 
-// appendChunk appends data (not empty) framed as one chunk.
+// appendChunk appends data framed as one chunk (nothing for no data: that
+// would be the last chunk).
 func appendChunk(b, data []byte) []byte {
+	if len(data) == 0 {
+		return b
+	}
 	b = strconv.AppendUint(b, uint64(len(data)), 16)
 	b = append(b, '\r', '\n')
 	b = append(b, data...)
