@@ -218,7 +218,7 @@ func TestSlowPodsCostTheTickOneReadOnce(t *testing.T) {
 	}
 	after := timeTicks(r, 10)
 	t.Logf("tick with well-behaved pods only: max %s; meeting 2 slow pods: %s; after: max %s", normal, first, after)
-	if after > max(2*normal, 20*time.Millisecond) {
+	if after > max(2*normal, 50*time.Millisecond) { // a quarter of the timeout: room for a loaded machine
 		t.Errorf("ticks took up to %s with the slow pods read off the tick, %s without them", after, normal)
 	}
 	for name := range good {
@@ -231,6 +231,19 @@ func TestSlowPodsCostTheTickOneReadOnce(t *testing.T) {
 	if got := r.metricValue(metricSlowPods); got != 2 {
 		t.Errorf("%s = %v, want 2", metricSlowPods, got)
 	}
+	testwait.For(t, 5*time.Second, "a StatsSlow event on each slow pod", func() bool {
+		evs, err := r.client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Reason == ReasonStatsSlow && e.Regarding.Kind == "Pod" && strings.Contains(e.Note, "app hostile") {
+				named[e.Regarding.Name] = true
+			}
+		}
+		return named["hostile-never"] && named["hostile-slow"]
+	})
 }
 
 func timeTicks(r *rig, n int) time.Duration {

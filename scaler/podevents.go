@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -14,12 +15,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// ReasonStatsRefused is the reason of the Warning event the scaler posts on
-// a pod whose /stats answer it refused (kubectl describe pod).
-const ReasonStatsRefused = "StatsRefused"
+// The reasons of the Warning events the scaler posts on a pod (kubectl
+// describe pod): its /stats answer was refused, or it answered so slowly
+// that it is read off the tick.
+const (
+	ReasonStatsRefused = "StatsRefused"
+	ReasonStatsSlow    = "StatsSlow"
+)
 
-// podEvents posts StatsRefused events on pods, at most one per pod and
-// reason per refusalEvery, through a queue of podEventQueue events posted
+// podEvents posts StatsRefused and StatsSlow events on pods, at most one
+// per pod and reason per refusalEvery, through a queue of podEventQueue events posted
 // one at a time, so a fleet of hostile pods costs the API server a bounded
 // rate and the tick nothing (events beyond the queue are dropped, and
 // counted in ebb_scaler_sidecar_refused_total all the same).
@@ -27,6 +32,7 @@ type podEvents struct {
 	kube  kubernetes.Interface
 	log   logr.Logger
 	queue chan *eventsv1.Event
+	seq   atomic.Uint32
 
 	mu   sync.Mutex
 	last map[string]time.Time // namespace/name/reason → last posted
@@ -40,7 +46,7 @@ func newPodEvents(kube kubernetes.Interface, log logr.Logger) *podEvents {
 
 // report queues an event on p unless one for the same reason was posted
 // within refusalEvery; it does not block.
-func (e *podEvents) report(p *pod, reason, msg string, now time.Time) {
+func (e *podEvents) report(p *pod, evReason, reason, note string, now time.Time) {
 	ns, name, _ := cutKey(p.key)
 	key := p.key + "/" + reason
 	e.mu.Lock()
@@ -53,22 +59,23 @@ func (e *podEvents) report(p *pod, reason, msg string, now time.Time) {
 	}
 	e.last[key] = now
 	e.mu.Unlock()
-	note := fmt.Sprintf("ebb-scaler refused what this pod's %s answered to GET /stats (app %s, reason %s): %s; its figures are not counted while it answers so.", SidecarContainer, p.app.key.Name, reason, msg)
 	if len(note) > 1024 {
 		note = note[:1021] + "..."
 	}
 	host, _ := os.Hostname()
 	ev := &eventsv1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".ebb-", Namespace: ns},
+		// Named as kubectl's events are, <object>.<hex time>: a fake
+		// clientset does not generate names.
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x%02x", name, now.UnixNano(), e.seq.Add(1)%256), Namespace: ns},
 		EventTime:  metav1.NewMicroTime(now),
 		Regarding:  corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, UID: p.uid},
-		Type:       corev1.EventTypeWarning, Reason: ReasonStatsRefused, Action: "ReadStats", Note: note,
+		Type:       corev1.EventTypeWarning, Reason: evReason, Action: "ReadStats", Note: note,
 		ReportingController: "ebb-scaler", ReportingInstance: host,
 	}
 	select {
 	case e.queue <- ev:
 	default:
-		e.log.V(1).Info("event queue full: StatsRefused event dropped", "pod", p.key, "reason", reason)
+		e.log.V(1).Info("event queue full: event dropped", "pod", p.key, "event", evReason, "reason", reason)
 	}
 }
 
@@ -81,7 +88,7 @@ func (e *podEvents) run(ctx context.Context) {
 		case ev := <-e.queue:
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if _, err := e.kube.EventsV1().Events(ev.Namespace).Create(pctx, ev, metav1.CreateOptions{}); err != nil {
-				e.log.V(1).Info("cannot post the StatsRefused event on the pod", "pod", ev.Namespace+"/"+ev.Regarding.Name, "err", err.Error())
+				e.log.V(1).Info("cannot post the event on the pod", "event", ev.Reason, "pod", ev.Namespace+"/"+ev.Regarding.Name, "err", err.Error())
 			}
 			cancel()
 		}
@@ -106,5 +113,6 @@ func (s *Scaler) refuse(p *pod, reason, msg string) {
 		st.refused = reason
 		s.log.Info("sidecar's answer refused: its figures are not counted", "pod", p.key, "app", p.app.key.Name, "reason", reason, "why", msg)
 	}
-	s.podEvents.report(p, reason, msg, time.Now())
+	note := fmt.Sprintf("ebb-scaler refused what this pod's %s answered to GET /stats (app %s, reason %s): %s; its figures are not counted while it answers so.", SidecarContainer, p.app.key.Name, reason, msg)
+	s.podEvents.report(p, ReasonStatsRefused, reason, note, time.Now())
 }

@@ -3,6 +3,7 @@ package scaler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sort"
 	"sync"
@@ -287,8 +288,16 @@ func (s *Scaler) lane(p *pod) {
 		st.slow, st.good = true, 0
 		p.bg.res.Store(nil) // a result left from an earlier stay in the slow lane
 		st.strikes = min(st.strikes+1, maxStrikes)
-		s.log.Info("sidecar read slowly: read off the tick from now on", "pod", p.key, "app", p.app.key.Name,
-			"fastReadsToReturn", 1<<st.strikes, "error", errString(res.err))
+		if res.err == nil {
+			// Slow but within --read-timeout: a loaded node or scaler,
+			// worth neither an event nor a line at info level.
+			s.log.V(1).Info("sidecar read slowly: read off the tick for a while", "pod", p.key, "app", p.app.key.Name, "fastReadsToReturn", 1<<st.strikes)
+			return
+		}
+		s.log.Info("sidecar read timed out: read off the tick from now on", "pod", p.key, "app", p.app.key.Name,
+			"fastReadsToReturn", 1<<st.strikes, "error", res.err.Error())
+		why := res.err.Error()
+		s.podEvents.report(p, ReasonStatsSlow, "slow", fmt.Sprintf("ebb-scaler's read of this pod's %s (GET /stats, app %s) was slow: %s. It is read off the scaler's tick until %d reads in a row are fast, so its figures may be a tick old.", SidecarContainer, p.app.key.Name, why, 1<<st.strikes), time.Now())
 	case res.slow:
 		st.good = 0
 	case st.slow && res.ok:
@@ -302,10 +311,3 @@ func (s *Scaler) lane(p *pod) {
 // maxStrikes caps the fast reads a slow pod needs to return to the tick's
 // lane at 2^8 (maxProbation ticks).
 const maxStrikes = 8
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
