@@ -85,7 +85,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.GRPCAddr, "grpc-addr", "address of the gRPC server (KEDA external scaler, health, activator pushes)")
 	s.String(&o.AdminAddr, "admin-addr", "address of the HTTP server for /metrics, /apps, /healthz and /readyz")
 	s.Duration(&o.Tick, "tick", "how often every sidecar is read")
-	s.Duration(&o.ReadTimeout, "read-timeout", "timeout of one sidecar read, less than --tick; 0: a third of --tick, at most 300ms")
+	s.Duration(&o.ReadTimeout, "read-timeout", "timeout of one sidecar read, less than --tick (a pod whose read times out or takes more than half of it is read off the tick until its reads are fast again); 0: a third of --tick, at most 300ms")
 	s.Int(&o.ReadParallelism, "read-parallelism", "sidecar reads in flight at once")
 	s.Int(&o.StaleTicks, "stale-ticks", "failed reads during which a pod keeps its last value before it is dropped")
 	s.Duration(&o.MaxRateWindow, "max-rate-window", "longest rateWindow a ScaledObject may ask for (bounds memory)")
