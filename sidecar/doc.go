@@ -13,8 +13,15 @@
 //     header) exempts it. Kubelet probes stay uncounted because the webhook
 //     points the app container's probes at the app's own port, never at
 //     this one.
-//   - HTTP/1.1 framing sent to the app is re-emitted from what was parsed;
-//     bodies are streamed, never buffered whole, in both directions at once.
+//   - A request leaves the count when its client leaves: within a client
+//     check (100 ms) of a FIN or reset while it waits on the app, whatever
+//     the client pipelined behind it or the app left unread; a tunnel once
+//     one side has closed its half and the other has been silent for the
+//     engine's half-close timeout (5 s), at once on a reset.
+//   - HTTP/1.1 framing sent to the app is re-emitted from what was parsed
+//     (chunk sizes included); bodies are streamed, never buffered whole, in
+//     both directions at once; a body the app ends by closing reaches an
+//     HTTP/1.1 client chunked, so that a cut one shows.
 //   - A pooled app connection is reused only after a clean response and a
 //     non-blocking peek; a request is retried on a fresh connection only when
 //     no response byte came and it is idempotent without a streamed body, or
