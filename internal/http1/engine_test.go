@@ -288,3 +288,23 @@ func TestPoolReuse(t *testing.T) {
 		}
 	})
 }
+
+// TestAnswerBeforeTheUploadEnds: an app that answers a POST at once, while
+// the client is still sending its body: the client gets the answer, and
+// neither connection carries another request (the app may read the rest of
+// the body as one; the client's upload is cut).
+func TestAnswerBeforeTheUploadEnds(t *testing.T) {
+	app := rawApp(t, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly", false)
+	e := startEngine(t, app, testEngineOptions())
+	cl := dial(t, e.addr)
+	cl.send("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nhello")
+	got, closed := cl.rest(2 * time.Second)
+	wantEq(t, "response", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly", got)
+	if !closed {
+		t.Error("the client's connection is still open")
+	}
+	testwait.For(t, time.Second, "request out of flight", func() bool { return e.h.inFlight.Load() == 0 })
+	if n := e.h.up.Idle(); n != 0 {
+		t.Errorf("%d pooled connections, want 0", n)
+	}
+}
