@@ -35,7 +35,9 @@
 // control) and, with -baseline, against an earlier build (A/B). A pair is
 // four adjacent 1 s runs in the order ABBA (BAAB every other pair, the
 // variants' order rotated every pair), so that a drift in the machine's
-// load and whatever a run leaves for the next fall on both sides alike.
+// load falls on both sides alike, after one uncounted run of each (B then
+// A before ABBA), so that both have just served, and each side's runs
+// follow one of its own and one of the other's.
 // The A/A control runs the same build from another file by the same
 // procedure as the A/B: its figure, ~0 when the procedure is fair, is the
 // noise floor to read the A/B against. Each throughput ratio is also given
