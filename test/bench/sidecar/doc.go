@@ -7,6 +7,9 @@
 // machine), RSS idle and holding 1,000 keep-alive connections of the sidecar
 // and of nginx, and the stripped binary size. Two closing lines put the
 // sidecar next to nginx: throughput ÷ direct and p50 added, each side by side.
+// With -baseline <an earlier ebb-sidecar>, that build runs in the same
+// throughput and latency rounds too (its ÷ nginx and p50 added beside this
+// build's) and in pairs of its own (below).
 //
 // nginx is the peer: Debian's build (make debs installs nginx-light), its own
 // process in the foreground with exactly one worker, a generated config in a

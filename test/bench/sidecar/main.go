@@ -202,7 +202,12 @@ func run(c benchConfig) error {
 	// are taken within a round, where the neighbours' load is alike.
 	res := map[string][]wrkResult{}
 	errs := 0
+	// With -baseline, the baseline build takes part too: the figures of the
+	// build before and this one from the same rounds.
 	targets := []target{direct, side, nocount, nginx, rproxy}
+	if c.baseline != "" {
+		targets = append(targets, baseline)
+	}
 	for r := range c.rounds {
 		for i := range targets {
 			t := targets[(i+r)%len(targets)]
@@ -249,6 +254,9 @@ func run(c benchConfig) error {
 	// costs on this machine, whatever the proxy does.
 	lat := map[string][]wrkResult{}
 	quad := []target{direct, side, nginx, floor}
+	if c.baseline != "" {
+		quad = append(quad, baseline)
+	}
 	for r := range c.rounds {
 		for i := range quad {
 			t := quad[(i+r)%len(quad)]
@@ -372,6 +380,16 @@ func run(c benchConfig) error {
 	fmt.Printf("| sidecar ÷ direct, CPU-normalised (CPU µs/req of wrk+app+proxy) | %.2f | ≥ 0.45 | %s |\n", ratioCPU, met(ratioCPU >= 0.45))
 	fmt.Printf("| nginx ÷ direct (peer), wall / CPU-normalised | %.2f / %.2f | | |\n", ngxRatio, ngxRatioCPU)
 	fmt.Printf("| ReverseProxy ÷ direct (baseline), wall / CPU-normalised | %.2f / %.2f | ≈ 0.27–0.32 | |\n", rpRatio, rpRatioCPU)
+	fmt.Printf("| sidecar ÷ nginx, wall / CPU-normalised | %.2f / %.2f | | |\n", sideOverNgx, sideOverNgxCPU)
+	var baseOverNgx, baseOverNgxCPU, baseAddP50, baseOverFloorP50 float64
+	if c.baseline != "" {
+		baseOverNgx, baseOverNgxCPU = perRound(res, wallRatio, baseline.name, nginx.name), perRound(res, cpuRatio, baseline.name, nginx.name)
+		baseAddP50 = perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, baseline.name, direct.name)
+		baseOverFloorP50 = perRound(lat, func(a, b wrkResult) float64 { return a.p50 - b.p50 }, baseline.name, floor.name)
+		fmt.Printf("| the baseline build (-baseline), same rounds: ÷ direct, wall / CPU-normalised | %.2f / %.2f | | |\n",
+			perRound(res, wallRatio, baseline.name, direct.name), perRound(res, cpuRatio, baseline.name, direct.name))
+		fmt.Printf("| the baseline build ÷ nginx, wall / CPU-normalised | %.2f / %.2f | | |\n", baseOverNgx, baseOverNgxCPU)
+	}
 	costMet := met(cost <= 0.03)
 	if costHi-costLo > 0.06 {
 		costMet = fmt.Sprintf("not resolvable here: pairs spread %.0f…%.0f %% (interquartile)", 100*costLo, 100*costHi)
@@ -423,6 +441,9 @@ func run(c benchConfig) error {
 	fmt.Printf("| p50 added by nginx (peer) | %+.0f µs | | |\n", ngxAddP50)
 	fmt.Printf("| p50 added by a bare TCP forwarder (io.Copy both ways, no HTTP): this machine's floor for any proxy hop | %+.0f µs | | |\n", floorP50)
 	fmt.Printf("| p50 added by the sidecar over that floor (its own HTTP work) | %+.0f µs | | |\n", overFloorP50)
+	if c.baseline != "" {
+		fmt.Printf("| p50 added by the baseline build, same rounds / over the floor | %+.0f / %+.0f µs | | |\n", baseAddP50, baseOverFloorP50)
+	}
 	fmt.Printf("| p99 c=1 direct / sidecar / nginx | %.0f / %.0f / %.0f µs | | |\n", p99(direct.name), p99(side.name), p99(nginx.name))
 	p99Met := met(addP99 <= 150)
 	if p99(direct.name) > 1000 {
@@ -440,8 +461,12 @@ func run(c benchConfig) error {
 	fmt.Println()
 	fmt.Printf("sidecar ÷ direct vs nginx ÷ direct (c=%d): %.2f vs %.2f; sidecar ÷ nginx %.2f wall clock, %.2f CPU-normalised (medians of per-round ratios)\n\n",
 		c.conns, ratio, ngxRatio, sideOverNgx, sideOverNgxCPU)
-	fmt.Printf("p50 added at c=1: sidecar %+.0f µs vs nginx %+.0f µs; sidecar − nginx %+.0f µs (median of per-round differences)\n",
-		addP50, ngxAddP50, sideMinusNgxP50)
+	fmt.Printf("p50 added at c=1: sidecar %+.0f µs vs nginx %+.0f µs; sidecar − nginx %+.0f µs; a bare TCP forwarder %+.0f µs, the sidecar over it %+.0f µs (medians of per-round differences)\n",
+		addP50, ngxAddP50, sideMinusNgxP50, floorP50, overFloorP50)
+	if c.baseline != "" {
+		fmt.Printf("\nthe baseline build %s in the same rounds: ÷ nginx %.2f wall clock, %.2f CPU-normalised; p50 added at c=1 %+.0f µs, over the TCP forwarder %+.0f µs\n",
+			c.baseline, baseOverNgx, baseOverNgxCPU, baseAddP50, baseOverFloorP50)
+	}
 	if c.pairs > 0 {
 		fmt.Printf("\nA/A control, this build ÷ a copy of its binary (%d ABBA pairs): 1 − this÷copy %.1f %% (interquartile %.1f…%.1f %%), %.1f %% CPU-normalised\n",
 			aa.n, 100*aa.wall, 100*aa.lo, 100*aa.hi, 100*aa.cpu)
