@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -98,6 +99,62 @@ func TestForwardingHeadersPassThrough(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestTargetAndTrailersPassAsReceived: the request target reaches the app
+// as the client sent it, and a chunked body's trailers reach it too, warm
+// (the engine) and cold (net/http, which re-escaped the path and dropped
+// query parameters it could not parse, and sent the trailers' names
+// without their values).
+func TestTargetAndTrailersPassAsReceived(t *testing.T) {
+	app := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			fmt.Fprintf(w, "%s %s %q %q", r.Method, r.RequestURI, b, r.Trailer.Get("X-Sum"))
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return ln.Addr().String()
+	}
+	for _, tc := range []struct{ head, body, want string }{
+		{"GET /p?a=1;b=2&c HTTP/1.1\r\nHost: hello.test\r\n\r\n", "", `GET /p?a=1;b=2&c "" ""`},
+		{"GET /a%2Fb/%7e?x=%zz HTTP/1.1\r\nHost: hello.test\r\n\r\n", "", `GET /a%2Fb/%7e?x=%zz "" ""`},
+		{"POST /sum HTTP/1.1\r\nHost: hello.test\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n", "4\r\nbody\r\n0\r\nX-Sum: 42\r\n\r\n", `POST /sum "body" "42"`},
+	} {
+		for _, cold := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/cold=%v", strings.Fields(tc.head)[1], cold), func(t *testing.T) {
+				dp, url, _ := rig(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{})
+				addr := app(t)
+				if !cold {
+					dp.SetEndpoints(shopHello, []Endpoint{{Addr: addr, Ready: true}})
+				} else {
+					go func() {
+						waitHeld(t, dp, 1)
+						dp.SetEndpoints(shopHello, []Endpoint{{Addr: addr, Ready: true}})
+					}()
+				}
+				c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				io.WriteString(c, tc.head+tc.body)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != 200 || string(b) != tc.want {
+					t.Errorf("%d %q, want 200 %q", resp.StatusCode, b, tc.want)
+				}
+			})
 		}
 	}
 }

@@ -101,6 +101,8 @@ func (p *upstreams) reverseProxy(addr string, rt http.RoundTripper) *httputil.Re
 			pr.Out.URL.Host = addr
 			pr.Out.Host = pr.In.Host // the app may route by Host
 			h1.SetForwarded(pr)      // as the engine does on the warm path
+			h1.KeepTarget(pr)
+			h1.ForwardTrailers(pr)
 		},
 		Transport:  rt,
 		BufferPool: p.pool,

@@ -53,7 +53,10 @@ func newH2CServer(p *proxy) *h2cServer {
 		Protocols:           &up,
 		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     h1.UpstreamIdleTimeout,
+		// The app gets the client's Accept-Encoding, not one of the
+		// transport's own (it added gzip, and unzipped the answer).
+		DisableCompression: true,
+		IdleConnTimeout:    h1.UpstreamIdleTimeout,
 	}
 	errLog := slog.NewLogLogger(logr.ToSlogHandler(p.log), slog.LevelDebug)
 	rp := &httputil.ReverseProxy{
@@ -61,6 +64,8 @@ func newH2CServer(p *proxy) *h2cServer {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = p.opts.Upstream
 			h1.SetForwarded(pr) // as the engine does on HTTP/1.1
+			h1.KeepTarget(pr)
+			h1.ForwardTrailers(pr)
 		},
 		Transport:     tr,
 		FlushInterval: -1, // gRPC and other streams: flush every write
@@ -72,6 +77,21 @@ func newH2CServer(p *proxy) *h2cServer {
 		},
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// As the HTTP/1.1 engine refuses a malformed method, a missing or
+		// malformed Host, or a malformed target: not counted. (net/http's
+		// h2 server checks none of them.)
+		if !h1.ValidMethod(r.Method) {
+			http.Error(w, "ebb-sidecar: malformed :method", http.StatusBadRequest)
+			return
+		}
+		if !h1.ValidHost(r.Host) {
+			http.Error(w, "ebb-sidecar: missing or malformed :authority (Host)", http.StatusBadRequest)
+			return
+		}
+		if !h1.ValidTarget(r.RequestURI) {
+			http.Error(w, "ebb-sidecar: malformed :path", http.StatusBadRequest)
+			return
+		}
 		p.arrived()
 		start := time.Now()
 		if p.cnt.on {

@@ -1,6 +1,7 @@
 package http1
 
 import (
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -51,6 +52,52 @@ func SetForwarded(pr *httputil.ProxyRequest) {
 	} else {
 		out.Del("X-Forwarded-For")
 	}
+}
+
+// KeepTarget makes a request an httputil.ReverseProxy proxies carry the
+// request target exactly as received, as the engine does: net/http would
+// re-escape its path from the parsed URL ("/a b" went out as "/a%20b") and
+// drop the query parameters it cannot parse ("a=1;b=2"). Call it from
+// Rewrite. A path that starts with "//" keeps net/http's form (an opaque
+// URL cannot say it).
+func KeepTarget(pr *httputil.ProxyRequest) {
+	t := pr.In.RequestURI
+	if len(t) == 0 || t[0] != '/' || strings.HasPrefix(t, "//") {
+		return
+	}
+	path, query, hasQuery := strings.Cut(t, "?")
+	pr.Out.URL.Opaque, pr.Out.URL.RawPath = path, ""
+	pr.Out.URL.RawQuery, pr.Out.URL.ForceQuery = query, hasQuery && query == ""
+}
+
+// ForwardTrailers makes a request an httputil.ReverseProxy proxies carry
+// the client's trailers: the proxy sends a clone of the request, whose
+// Trailer map is copied before the body is read, so its values (which
+// net/http fills in once the body ends) would go out empty. Call it from
+// Rewrite; the values are copied when the body ends, before the transport
+// sends the trailers.
+func ForwardTrailers(pr *httputil.ProxyRequest) {
+	if len(pr.In.Trailer) == 0 || pr.Out.Body == nil {
+		return
+	}
+	pr.Out.Body = &trailerCopier{ReadCloser: pr.Out.Body, from: pr.In.Trailer, to: pr.Out.Trailer}
+}
+
+// trailerCopier copies the trailers of the request it reads the body of
+// into another request once the body ends.
+type trailerCopier struct {
+	io.ReadCloser
+	from, to http.Header
+}
+
+func (t *trailerCopier) Read(b []byte) (int, error) {
+	n, err := t.ReadCloser.Read(b)
+	if err == io.EOF {
+		for k, v := range t.from {
+			t.to[k] = v
+		}
+	}
+	return n, err
 }
 
 // connectionNames reports whether h's Connection header names the header
