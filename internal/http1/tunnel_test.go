@@ -172,8 +172,8 @@ func TestTunnelIdleTimeout(t *testing.T) {
 	o.TunnelIdleTimeout = 300 * time.Millisecond
 	e := startEngine(t, app, o)
 
+	start := time.Now() // the timeout runs from the 101, sent before upgrade returns
 	idle := upgrade(t, e.addr)
-	start := time.Now()
 	got, closed := idle.rest(3 * time.Second)
 	if took := time.Since(start); !closed || got != "" || took < o.TunnelIdleTimeout || took > o.TunnelIdleTimeout+3*clientCheck {
 		t.Errorf("an idle tunnel: got %q, closed %v after %v; want closed after about %v", got, closed, took, o.TunnelIdleTimeout)
