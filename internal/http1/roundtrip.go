@@ -376,8 +376,11 @@ func (cc *Conn) waitBody() error {
 // blocking read from the client gets the idle timeout.
 func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 	src := cc.br
-	buf := chunkBufs.Get().(*[]byte)
-	defer chunkBufs.Put(buf)
+	var buf *[]byte // the body re-framed, for a chunked one
+	if f.kind == bodyChunked {
+		buf = chunkBufs.Get().(*[]byte)
+		defer chunkBufs.Put(buf)
+	}
 	for !f.done() {
 		if src.Buffered() == 0 {
 			cc.c.SetReadDeadline(time.Now().Add(cc.o.IdleTimeout))
