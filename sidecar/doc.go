@@ -18,6 +18,18 @@
 //     the client pipelined behind it or the app left unread; a tunnel once
 //     one side has closed its half and the other has been silent for the
 //     engine's half-close timeout (5 s), at once on a reset.
+//   - No connection waits unbounded on its client: a request head, or the
+//     h2c preface and first frame, within --header-timeout of its first
+//     byte; no request for --idle-timeout and the connection closes (h2c:
+//     GOAWAY); an h2c client silent for --idle-timeout is sent a PING and
+//     cut if it does not answer within --header-timeout, streams open or not.
+//   - h2c requests reach the app as net/http's HTTP/2 server parsed them,
+//     target and trailers included (FuzzDifferentialH2C); what the HTTP/1.1
+//     engine refuses (a method that is not a token, a missing or malformed
+//     Host, a malformed target) is refused on h2c too, with 400.
+//   - Forwarding headers, both protocols: Forwarded, X-Forwarded-Host and
+//     X-Forwarded-Proto pass as received; X-Forwarded-For gets the client's
+//     address appended (internal/http1/forwarded.go).
 //   - HTTP/1.1 framing sent to the app is re-emitted from what was parsed
 //     (chunk sizes included); bodies are streamed, never buffered whole, in
 //     both directions at once; a body the app ends by closing reaches an

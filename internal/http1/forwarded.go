@@ -92,7 +92,7 @@ type trailerCopier struct {
 
 func (t *trailerCopier) Read(b []byte) (int, error) {
 	n, err := t.ReadCloser.Read(b)
-	if err == io.EOF {
+	if err == io.EOF && t.to != nil {
 		for k, v := range t.from {
 			t.to[k] = v
 		}
