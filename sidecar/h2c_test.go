@@ -63,7 +63,7 @@ func TestH2CHalfPrefaceIsCutAtHeaderTimeout(t *testing.T) {
 		io.WriteString(conn, sent)
 		took := closedBySidecar(t, conn, start, 5*time.Second)
 		conn.Close()
-		if took < o.HeaderTimeout-50*time.Millisecond || took > o.HeaderTimeout+500*time.Millisecond {
+		if took < o.HeaderTimeout-50*time.Millisecond || took > o.HeaderTimeout+900*time.Millisecond {
 			t.Errorf("%q: closed after %v, want about the header timeout %v", sent, took.Round(time.Millisecond), o.HeaderTimeout)
 		}
 	}
@@ -72,7 +72,7 @@ func TestH2CHalfPrefaceIsCutAtHeaderTimeout(t *testing.T) {
 // TestH2CPrefaceWithoutSettingsIsCutAtHeaderTimeout: the client preface
 // whole, then no SETTINGS frame, or only part of one: the head's deadline
 // holds until the first frame is read whole (net/http's own wait for it is
-// a fixed 2 s, whatever the header timeout).
+// a fixed 2 s, whatever the header timeout: the bound below stays under it).
 func TestH2CPrefaceWithoutSettingsIsCutAtHeaderTimeout(t *testing.T) {
 	app := startTestApp(t)
 	o := testOptions(app.addr)
@@ -91,7 +91,7 @@ func TestH2CPrefaceWithoutSettingsIsCutAtHeaderTimeout(t *testing.T) {
 		io.WriteString(conn, sent)
 		took := closedBySidecar(t, conn, start, 5*time.Second)
 		conn.Close()
-		if took < o.HeaderTimeout-50*time.Millisecond || took > o.HeaderTimeout+500*time.Millisecond {
+		if took < o.HeaderTimeout-50*time.Millisecond || took > o.HeaderTimeout+900*time.Millisecond {
 			t.Errorf("%q: closed after %v, want about the header timeout %v", sent, took.Round(time.Millisecond), o.HeaderTimeout)
 		}
 	}
