@@ -1085,6 +1085,14 @@ func serveReverseProxy(listen, upstream string) error {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256 // the default 2 would make it churn connections at c=64
 	rp.Transport = tr
+	// wrk stopping mid-request cancels the exchanges in flight: expected at
+	// the end of every run, so not logged.
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if !errors.Is(err, context.Canceled) {
+			log.Printf("reverseproxy: %v", err)
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}
 	srv := &http.Server{Addr: listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
 }
