@@ -91,7 +91,7 @@ func child(path string) error {
 		routes = append(routes, routing.Route[activator.AppConfig]{Key: k, Hosts: []string{a.Host}, Value: activator.AppConfig{QueueSize: a.QueueSize}})
 		dp.SetEndpoints(k, a.Endpoints)
 	}
-	dp.SetRoutes(routes)
+	dp.SetRoutes(routes, nil)
 	if os.Getenv("EBB_BENCH_MEMSTATS") != "" {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGUSR1)
