@@ -30,8 +30,9 @@ DEB_PKGS   := etcd-server:etcd nftables:nft wrk:wrk curl:curl iproute2:ip patch:
 TEST_FLAGS ?= -count=1 -timeout 80m
 # Fuzz targets (package:Target) run for TEST_FUZZTIME each by `make test`
 # and for FUZZTIME each by `make fuzz`; the differential ones compare the
-# HTTP/1.1 engine's parsers with net/http's.
-FUZZ_TARGETS  := internal/http1:FuzzDifferentialRequest internal/http1:FuzzDifferentialResponse internal/http1:FuzzReadRequest webhook/inject:FuzzInject internal/stats:FuzzParse
+# HTTP/1.1 engine's parsers, the sidecar's h2c path and the stats reader
+# with net/http's.
+FUZZ_TARGETS  := internal/http1:FuzzDifferentialRequest internal/http1:FuzzDifferentialResponse internal/http1:FuzzReadRequest sidecar:FuzzDifferentialH2C webhook/inject:FuzzInject internal/stats:FuzzParse internal/stats:FuzzReadResponse
 TEST_FUZZTIME ?= 15s
 FUZZTIME      ?= 5m
 # Modules whose CRDs the chart tests apply (cert-manager, ServiceMonitor).
