@@ -406,3 +406,19 @@ func refusedCount(t *testing.T, r *rig, reason string) float64 {
 	}
 	return 0
 }
+
+// TestRefusedFigureNotKeptWhenStale: a pod whose in-flight figure was
+// refused and that then stops answering does not have the refused figure
+// counted as its last value (2^63-1 plus the honest pod's 3 overflowed).
+func TestRefusedFigureNotKeptWhenStale(t *testing.T) {
+	r := newRig(t, nil, nil)
+	r.addPod(appPod("hello-honest", "hello", newSidecar(t, 3, 0, 7)))
+	sc := newSidecar(t, math.MaxInt64, 0, 1)
+	r.addPod(appPod("hello-forged", "hello", sc))
+	r.tick()
+	sc.srv.Close()
+	r.tick()
+	if st := r.status("hello"); st.InFlight != 3 || st.Concurrency != 3 {
+		t.Errorf("in flight %d, concurrency %d; want 3, the honest pod's", st.InFlight, st.Concurrency)
+	}
+}

@@ -213,9 +213,13 @@ func (s *Scaler) aggregate(now time.Time, targets []*pod) {
 			reason, msg := plausible(st, res.snap, res.at, p.seen, p.fromZero)
 			if reason != "" {
 				// Left out, not even its last value kept; the next
-				// reading is checked against this one.
+				// reading is checked against this one's counters, and
+				// should the pod stop answering, nothing of it is kept as
+				// stale (its figures are not trusted).
 				x.refused++
-				st.last, st.lastAt, st.have, st.missed, st.dropped = res.snap, res.at.UnixNano(), true, 0, false
+				last := res.snap
+				last.InFlight, last.BusyFor = 0, 0
+				st.last, st.lastAt, st.have, st.missed, st.dropped = last, res.at.UnixNano(), true, 0, false
 				s.refuse(p, reason, msg)
 				continue
 			}
