@@ -458,8 +458,8 @@ func TestCRDMatchesConfig(t *testing.T) {
 						rendered = c.DeepCopy()
 					}
 				}
-				if len(crds) != 2 || rendered == nil {
-					t.Fatalf("%d CRDs rendered with federation.enabled, want 2 with %s.routing.%s", len(crds), crd.plural, suffix)
+				if len(crds) != 3 || rendered == nil {
+					t.Fatalf("%d CRDs rendered with federation.enabled, want 3 with %s.routing.%s", len(crds), crd.plural, suffix)
 				}
 				if labels := rendered.GetLabels(); labels["app.kubernetes.io/instance"] != r.name {
 					t.Errorf("CRD labels %v lack the release", labels)
@@ -484,8 +484,8 @@ func TestCRDMatchesConfig(t *testing.T) {
 					t.Errorf("suffix %s: CRD (-config, renamed +chart):\n%s", suffix, diff)
 				}
 			}
-			if n := len(ofKind(render(t, defaultRelease), "CustomResourceDefinition")); n != 1 {
-				t.Errorf("%d CRDs rendered by default, want only AppRoute's", n)
+			if n := len(ofKind(render(t, defaultRelease), "CustomResourceDefinition")); n != 2 {
+				t.Errorf("%d CRDs rendered by default, want AppRoute's and DomainClaim's", n)
 			}
 		})
 	}
