@@ -52,6 +52,7 @@ type sources struct {
 
 	mu       sync.Mutex // one rebuild at a time: the table swap and onScalers are single-writer
 	nextList time.Time
+	claims   routing.Claims // the DomainClaims last listed (under mu)
 }
 
 // indexSlicesByService lets the cache list a Service's EndpointSlices.
@@ -118,17 +119,19 @@ func (s *sources) cachedRoutes(ctx context.Context) []*routingv1alpha1.AppRoute 
 }
 
 // domainClaims are the DomainClaims in the cache: domain → namespace. On a
-// failed list the last table's claims stay in force (the router keeps them).
+// failed list the last claims listed stay in force: a binding must not lapse
+// because a read failed.
 func (s *sources) domainClaims(ctx context.Context) routing.Claims {
 	var list routingv1alpha1.DomainClaimList
 	if err := s.cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		s.log.Error(err, "list DomainClaims from the cache")
-		return nil
+		s.log.Error(err, "list DomainClaims from the cache; the last ones listed stay in force")
+		return s.claims
 	}
 	claims := make(routing.Claims, len(list.Items))
 	for _, c := range list.Items {
 		claims[c.Name] = c.Spec.Namespace
 	}
+	s.claims = claims
 	return claims
 }
 
