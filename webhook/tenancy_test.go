@@ -131,12 +131,15 @@ func TestTenantCannotTakeAnotherNamespacesNames(t *testing.T) {
 		return nil
 	})
 
-	// The API server refuses a claim in the cluster domain.
-	bad := &unstructured.Unstructured{}
-	bad.SetGroupVersionKind(claim.GroupVersionKind())
-	bad.SetName("shop.svc.cluster.local")
-	bad.Object["spec"] = map[string]any{"namespace": squat}
-	if err := c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "outside the cluster domain") {
-		t.Errorf("a DomainClaim in the cluster domain: %v, want refused", err)
+	// The API server refuses a claim in the cluster domain, under any
+	// cluster domain, or of an IP address.
+	for _, name := range []string{"shop.svc.cluster.local", "api.shop.svc.corp.example", "x.pod.corp.example", "10.96.0.5", "cluster.local"} {
+		bad := &unstructured.Unstructured{}
+		bad.SetGroupVersionKind(claim.GroupVersionKind())
+		bad.SetName(name)
+		bad.Object["spec"] = map[string]any{"namespace": squat}
+		if err := c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "outside the cluster domain") {
+			t.Errorf("a DomainClaim %s: %v, want refused", name, err)
+		}
 	}
 }

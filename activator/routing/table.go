@@ -39,14 +39,17 @@ type Route[V any] struct {
 const ClusterDomain = "cluster.local"
 
 type prefixEntry[V any] struct {
-	prefix  string
-	route   *Route[V]
-	service bool // a Service's own cluster name or ClusterIP
+	prefix string
+	route  *Route[V]
 }
 
 // hostEntry holds the routes of one host, longest path prefix first.
 type hostEntry[V any] struct {
 	prefixes []prefixEntry[V]
+	// owner is the route whose Service this host names (a cluster name,
+	// the short name or a ClusterIP): no route of another namespace serves
+	// it, on any path, exact or wildcard.
+	owner *Route[V]
 }
 
 // Table is an immutable routing table. The zero value and nil route nothing.
@@ -146,18 +149,23 @@ func Build[V any](routes []Route[V], claims Claims) *Table[V] {
 			e = &hostEntry[V]{}
 			m[host] = e
 		}
+		if service && e.owner == nil {
+			e.owner = r
+		}
+		if o := e.owner; o != nil && o.Key.Namespace != r.Key.Namespace {
+			for _, p := range prefixes {
+				t.Conflicts = append(t.Conflicts, Conflict{Host: host, Prefix: p, Winner: o.Key, Loser: r.Key, Reason: ReasonServiceName})
+			}
+			return
+		}
 		for _, p := range prefixes {
 			if i := slices.IndexFunc(e.prefixes, func(pe prefixEntry[V]) bool { return pe.prefix == p }); i >= 0 {
 				if w := e.prefixes[i]; w.route != r {
-					why := ReasonOlderRoute
-					if w.service && w.route.Key.Namespace != r.Key.Namespace {
-						why = ReasonServiceName
-					}
-					t.Conflicts = append(t.Conflicts, Conflict{Host: host, Prefix: p, Winner: w.route.Key, Loser: r.Key, Reason: why})
+					t.Conflicts = append(t.Conflicts, Conflict{Host: host, Prefix: p, Winner: w.route.Key, Loser: r.Key, Reason: ReasonOlderRoute})
 				}
 				continue
 			}
-			e.prefixes = append(e.prefixes, prefixEntry[V]{prefix: p, route: r, service: service})
+			e.prefixes = append(e.prefixes, prefixEntry[V]{prefix: p, route: r})
 		}
 	}
 	refuse := func(r *Route[V], host, reason string) {
@@ -215,7 +223,7 @@ func Build[V any](routes []Route[V], claims Claims) *Table[V] {
 // refusal is why a route of namespace ns may not claim name (the part after
 // "*." of a wildcard), or "".
 func (t *Table[V]) refusal(name string, wild bool, ns string) string {
-	if net.ParseIP(name) != nil || !strings.Contains(name, ".") {
+	if net.ParseIP(name) != nil || !strings.Contains(name, ".") || NumericTLD(name) {
 		return ReasonNotAHostName
 	}
 	if owner, ok := ClusterDomainNamespace(name); ok && owner != ns {
@@ -228,21 +236,53 @@ func (t *Table[V]) refusal(name string, wild bool, ns string) string {
 }
 
 // ClusterDomainNamespace reports whether name lies in the cluster's own DNS
-// names (".svc", ".svc.cluster.local", anything else under "cluster.local")
-// and which namespace owns it: the label before "svc" or "pod", or "" for a
-// name no namespace owns (cluster.local, svc.cluster.local, ...).
+// names and which namespace owns it. Under "cluster.local", the label
+// before "svc" or "pod" names the namespace, and a name no namespace owns
+// (cluster.local, svc.cluster.local, ...) gives "". A cluster may have
+// another domain, so under any domain a name with a "svc" or "pod" label
+// after at least one other (api.shop.svc.corp.example) belongs to the
+// namespace that label follows.
 func ClusterDomainNamespace(name string) (string, bool) {
-	name = strings.TrimSuffix(name, "."+ClusterDomain)
-	switch {
-	case name == ClusterDomain:
-		return "", true
-	case strings.HasSuffix(name, ".svc"), strings.HasSuffix(name, ".pod"):
-		rest := name[:len(name)-4]
-		return rest[strings.LastIndexByte(rest, '.')+1:], true
-	case name == "svc" || name == "pod":
+	if rest, ok := strings.CutSuffix(name, "."+ClusterDomain); ok || name == ClusterDomain {
+		if !ok {
+			return "", true
+		}
+		if ns, ok := namespaceBefore(rest); ok {
+			return ns, true
+		}
 		return "", true
 	}
-	return "", inClusterDomain(name)
+	if ns, ok := namespaceBefore(name); ok {
+		return ns, true
+	}
+	return "", false
+}
+
+// namespaceBefore finds the last "svc" or "pod" label of name that follows
+// another label, and returns that label.
+func namespaceBefore(name string) (string, bool) {
+	labels := strings.Split(name, ".")
+	for i := len(labels) - 1; i >= 1; i-- {
+		if labels[i] == "svc" || labels[i] == "pod" {
+			return labels[i-1], true
+		}
+	}
+	return "", false
+}
+
+// NumericTLD reports whether name's last label is all digits: no top-level
+// domain is, and URL parsers read such a host as an IPv4 address.
+func NumericTLD(name string) bool {
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	if last == "" {
+		return false
+	}
+	for i := 0; i < len(last); i++ {
+		if last[i] < '0' || last[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func inClusterDomain(name string) bool {
@@ -275,10 +315,15 @@ func (t *Table[V]) Lookup(host, path string) (*Route[V], bool) {
 		return nil, false
 	}
 	host = hostOnly(host)
+	var owner *Route[V]
 	if e, ok := t.exact[host]; ok {
 		if r := e.match(path); r != nil {
 			return r, true
 		}
+		owner = e.owner
+	}
+	if NumericTLD(host) {
+		return nil, false // an IP address: no wildcard covers it
 	}
 	// *.example.com matches a.example.com and a.b.example.com; the most
 	// specific wildcard wins.
@@ -290,9 +335,13 @@ func (t *Table[V]) Lookup(host, path string) (*Route[V], bool) {
 		rest = rest[i+1:]
 		if e, ok := t.wildcard[rest]; ok {
 			if r := e.match(path); r != nil {
-				// A name under the wildcard may be bound to another
+				// A Service's name goes to its own namespace only, on every
+				// path; a name under the wildcard may be bound to another
 				// namespace more specifically than the wildcard itself.
-				if owner, ok := t.claimOf(host); ok && owner != r.Key.Namespace {
+				if owner != nil && owner.Key.Namespace != r.Key.Namespace {
+					return nil, false
+				}
+				if ns, ok := t.claimOf(host); ok && ns != r.Key.Namespace {
 					return nil, false
 				}
 				return r, true

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +223,83 @@ func TestDomainClaims(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("conflicts (-want +got):\n%s", d)
+	}
+}
+
+// A Service's names go to its own namespace on every path: a route of
+// another namespace listing api.shop with a longer path prefix, or when
+// shop's own route serves some paths only, serves none of them; a wildcard
+// of IPv4 labels catches no ClusterIP (issue 34, review).
+func TestServiceNamesOwnedOnEveryPath(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name          string
+		shopPaths     []string
+		squatPaths    []string
+		shopCreated   time.Time
+		squatCreated  time.Time
+		wantShopPaths []string // paths shop's route serves on its names
+	}{
+		{name: "squatter younger, longer prefix", squatPaths: []string{"/login"}, shopCreated: t0, squatCreated: t0.Add(time.Hour), wantShopPaths: []string{"/", "/login"}},
+		{name: "squatter older, shop serves /api only", shopPaths: []string{"/api"}, shopCreated: t0.Add(time.Hour), squatCreated: t0, wantShopPaths: []string{"/api"}},
+		{name: "both with prefixes", shopPaths: []string{"/api"}, squatPaths: []string{"/api/admin", "/other"}, shopCreated: t0.Add(time.Hour), squatCreated: t0, wantShopPaths: []string{"/api", "/api/admin"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := Build([]Route[string]{
+				{Key: Key{"shop", "api"}, Created: tc.shopCreated, Value: "shop", Service: "api", ClusterIPs: []string{"10.96.0.5"}, PathPrefixes: tc.shopPaths},
+				{Key: Key{"b", "squat"}, Created: tc.squatCreated, Value: "squat", PathPrefixes: tc.squatPaths,
+					Hosts: []string{"api.shop", "*.96.0.5", "*.0.5", "*.api.shop", "squat.example.com"}},
+			}, nil)
+			for _, host := range []string{"api.shop", "api.shop.:80", "API.SHOP", "api.shop.svc.cluster.local", "10.96.0.5", "10.96.0.5:80", "api"} {
+				for _, path := range []string{"/", "/login", "/api", "/api/admin", "/other"} {
+					got := ""
+					if r, ok := tab.Lookup(host, path); ok {
+						got = r.Value
+					}
+					want := ""
+					for _, p := range tc.wantShopPaths {
+						if strings.HasPrefix(path, p) {
+							want = "shop"
+						}
+					}
+					if got != want {
+						t.Errorf("Lookup(%q, %q) = %q, want %q", host, path, got, want)
+					}
+				}
+			}
+			reasons := map[string]string{}
+			for _, c := range tab.Conflicts {
+				if c.Loser != (Key{"b", "squat"}) {
+					t.Errorf("conflict lost by %s: %+v", c.Loser, c)
+				}
+				reasons[c.Host] = c.Reason
+			}
+			want := map[string]string{"api.shop": ReasonServiceName, "*.96.0.5": ReasonNotAHostName, "*.0.5": ReasonNotAHostName}
+			if d := cmp.Diff(want, reasons); d != "" {
+				t.Errorf("the squatter's refused hosts (-want +got):\n%s", d)
+			}
+			if r, ok := tab.Lookup("x.api.shop", "/"); tc.squatPaths == nil && (!ok || r.Value != "squat") {
+				t.Errorf("a name under api.shop that names no Service is the squatter's to route: %v %v", r, ok)
+			}
+		})
+	}
+}
+
+// Under another cluster domain, a name with a svc or pod label belongs to
+// the namespace before it.
+func TestClusterDomainNamespace(t *testing.T) {
+	for name, want := range map[string]string{
+		"api.shop.svc.cluster.local": "shop", "api.shop.svc": "shop", "1-2-3-4.shop.pod.cluster.local": "shop",
+		"api.shop.svc.corp.example": "shop", "cluster.local": "", "svc.cluster.local": "", "x.cluster.local": "",
+	} {
+		got, ok := ClusterDomainNamespace(name)
+		if !ok || got != want {
+			t.Errorf("ClusterDomainNamespace(%q) = %q, %v; want %q, true", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{"svc.example.com", "example.com", "pods.example.com", "shop.example"} {
+		if ns, ok := ClusterDomainNamespace(name); ok {
+			t.Errorf("ClusterDomainNamespace(%q) = %q, true; want outside the cluster domain", name, ns)
+		}
 	}
 }

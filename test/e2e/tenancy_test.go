@@ -40,6 +40,9 @@ func TestTenantGetsNoneOfAnotherNamespacesRequests(t *testing.T) {
 	})
 
 	squat := ebb.App(squatNS, "squat", app+"."+shopNS, 1)
+	// A longer path prefix than shop's route: a Service's names are its
+	// namespace's on every path.
+	squat.Spec.Template.Annotations[ebb.Names.Key("paths")] = "/login"
 	dry := &corev1.Pod{ObjectMeta: *squat.Spec.Template.ObjectMeta.DeepCopy(), Spec: squat.Spec.Template.Spec}
 	dry.Name, dry.Namespace = "squat-dry", squatNS
 	dry.Annotations[ebb.Names.HostsAnnotation()] = app + "." + shopNS + ".svc.cluster.local," + app + ",198.19.0.10"
@@ -72,15 +75,19 @@ func TestTenantGetsNoneOfAnotherNamespacesRequests(t *testing.T) {
 	fqdn := app + "." + shopNS + ".svc.cluster.local"
 	hosts := []string{fqdn, strings.ToUpper(fqdn) + ":80", fqdn + ".", app + "." + shopNS + ".svc", app + "." + shopNS, app, app + ":80", ip, ip + ":80"}
 	client := &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	results := make([]install.Result, len(hosts))
+	paths := []string{"", "login"}
+	results := make([]install.Result, len(hosts)*len(paths))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
-		wg.Go(func() { results[i] = install.Get(ctx, client, a.URL, h) })
+		for j, p := range paths {
+			wg.Go(func() { results[i*len(paths)+j] = install.Get(ctx, client, a.URL+p, h) })
+		}
 	}
 	wg.Wait()
-	for i, r := range results {
+	for k, r := range results {
+		// The test app answers every path as it answers /.
 		if r.Err != nil || r.Status != http.StatusOK || !strings.HasPrefix(r.Body, "hello from "+app+"-") {
-			t.Errorf("Host %q to shop's Service at zero: %d %q, %v; want 200 from shop's own pod", hosts[i], r.Status, r.Body, r.Err)
+			t.Errorf("Host %q, path /%s, to shop's Service at zero: %d %q, %v; want 200 from shop's own pod", hosts[k/len(paths)], paths[k%len(paths)], r.Status, r.Body, r.Err)
 		}
 	}
 

@@ -359,7 +359,7 @@ func checkHost(h, namespace string) string {
 	if strings.ContainsAny(name, "*:/") {
 		return fmt.Sprintf("host %q: only a leading \"*.\" wildcard is allowed, without port or path", h)
 	}
-	if net.ParseIP(name) != nil {
+	if net.ParseIP(name) != nil || routing.NumericTLD(name) {
 		return fmt.Sprintf("host %q is an IP address, which no app may list (the app's Service's ClusterIP is routed to it already)", h)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {

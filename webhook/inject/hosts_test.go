@@ -14,7 +14,7 @@ import (
 func TestInjectRefusesOtherNamespacesNames(t *testing.T) {
 	pod := appPod(func(p *corev1.Pod) {
 		p.Namespace = "b"
-		p.Annotations["ebb.dev/hosts"] = "api.shop.svc.cluster.local, api.shop.svc, *.shop.svc.cluster.local, *.svc.cluster.local, x.pod.cluster.local, api, 198.19.0.20, b.example.com"
+		p.Annotations["ebb.dev/hosts"] = "api.shop.svc.cluster.local, api.shop.svc, *.shop.svc.cluster.local, *.svc.cluster.local, x.pod.cluster.local, api, 198.19.0.20, *.19.0.20, api.shop.svc.corp.example, b.example.com"
 	})
 	_, _, err := Inject(pod, testCfg)
 	var refusal *RefusalError
@@ -29,6 +29,8 @@ func TestInjectRefusesOtherNamespacesNames(t *testing.T) {
 		`host "x.pod.cluster.local" is a cluster name of namespace "x"`,
 		`host "api" is a single label`,
 		`host "198.19.0.20" is an IP address`,
+		`host "*.19.0.20" is an IP address`,
+		`host "api.shop.svc.corp.example" is a cluster name of namespace "shop"`,
 		`the app's Service's own names and ClusterIP need no listing`,
 	} {
 		if !strings.Contains(err.Error(), w) {

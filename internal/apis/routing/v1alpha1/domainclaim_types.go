@@ -25,7 +25,7 @@ const (
 // +kubebuilder:resource:scope=Cluster,shortName=dc,categories=ebb
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.namespace`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="self.metadata.name.contains('.') && !self.metadata.name.endsWith('.cluster.local') && self.metadata.name != 'cluster.local' && !self.metadata.name.endsWith('.svc')",message="name the domain to bind (such as shop.example.com): a name with a dot, outside the cluster domain"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.contains('.') && !self.metadata.name.endsWith('.cluster.local') && self.metadata.name != 'cluster.local' && !self.metadata.name.matches('[.](svc|pod)([.]|$)') && !self.metadata.name.matches('[.][0-9]+$')",message="name the domain to bind (such as shop.example.com): a name with a dot, outside the cluster domain (no svc or pod label after another), not an IP address"
 type DomainClaim struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
