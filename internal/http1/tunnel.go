@@ -18,13 +18,18 @@ const DefaultHalfCloseTimeout = 5 * time.Second
 
 const tunnelBufSize = 32 << 10
 
+// stallCheck is how often a write that makes no progress (the receiving
+// side reads nothing) wakes to check that the client is still there.
+const stallCheck = time.Second
+
 var tunnelBufs = sync.Pool{New: func() any { b := make([]byte, tunnelBufSize); return &b }}
 
 // tunnel connects client and app byte for byte after a 101; it counts as in
 // flight all along. A side's FIN is passed on (CloseWrite); from then on
 // the other side's silence is bounded by Options.HalfCloseTimeout. A reset,
 // a failed write, the half-close timeout or Options.TunnelIdleTimeout
-// closes both connections at once.
+// closes both connections at once, and so does a write that has made no
+// progress for the half-close timeout after the client went away.
 func (cc *Conn) tunnel(uc *upConn) {
 	defer uc.close()
 	cc.c.SetReadDeadline(time.Time{})
@@ -35,7 +40,7 @@ func (cc *Conn) tunnel(uc *upConn) {
 		return
 	}
 	cc.resp = cc.resp[:0]
-	t := &tunnelState{idle: cc.o.TunnelIdleTimeout, grace: cc.o.HalfCloseTimeout}
+	t := &tunnelState{idle: cc.o.TunnelIdleTimeout, grace: cc.o.HalfCloseTimeout, client: cc.c}
 	if t.grace <= 0 {
 		t.grace = DefaultHalfCloseTimeout
 	}
@@ -57,6 +62,7 @@ func (cc *Conn) tunnel(uc *upConn) {
 // tunnelState is one tunnel: its two directions and their timeouts.
 type tunnelState struct {
 	idle, grace time.Duration
+	client      *net.TCPConn // the client's connection (up.src, down.dst)
 	last        atomic.Int64 // unix nanos of the last byte either way
 	up, down    half         // client to app, app to client
 }
@@ -75,7 +81,7 @@ func (t *tunnelState) copy(h, other *half) {
 	bp := tunnelBufs.Get().(*[]byte)
 	defer tunnelBufs.Put(bp)
 	buf := *bp
-	var rdl, wdl time.Time // deadlines set on src and dst
+	var rdl time.Time // the deadline set on src
 	for {
 		// other.ended may change while the deadline is set: then compute
 		// it again (the other side's wake-up could be lost otherwise).
@@ -92,11 +98,7 @@ func (t *tunnelState) copy(h, other *half) {
 			now := time.Now()
 			t.last.Store(now.UnixNano())
 			h.last.Store(now.UnixNano())
-			if want := t.writeDeadline(now, other.ended.Load() != 0); want != wdl {
-				h.dst.SetWriteDeadline(want)
-				wdl = want
-			}
-			if _, werr := h.dst.Write(buf[:n]); werr != nil {
+			if werr := t.write(h, buf[:n], t.writeDeadline(now, other.ended.Load() != 0)); werr != nil {
 				t.cut()
 				return
 			}
@@ -119,6 +121,44 @@ func (t *tunnelState) copy(h, other *half) {
 		default: // a reset, or the tunnel cut
 			t.cut()
 			return
+		}
+	}
+}
+
+// write writes p to h's destination by deadline dl (none if zero). A write
+// that makes no progress wakes every stallCheck: once the client has been
+// gone (a FIN or a reset) for the half-close timeout while nothing moves,
+// the write fails, so an app that reads nothing cannot keep a tunnel whose
+// client left in flight (no read of either side would wake to see it).
+func (t *tunnelState) write(h *half, p []byte, dl time.Time) error {
+	var gone time.Time // when the client was first seen gone, while stalled
+	for {
+		wake := time.Now().Add(stallCheck)
+		if !gone.IsZero() && gone.Add(t.grace).Before(wake) {
+			wake = gone.Add(t.grace)
+		}
+		if !dl.IsZero() && dl.Before(wake) {
+			wake = dl
+		}
+		h.dst.SetWriteDeadline(wake)
+		n, err := h.dst.Write(p)
+		p = p[n:]
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		now := time.Now()
+		if !dl.IsZero() && !now.Before(dl) {
+			return err
+		}
+		switch {
+		case n > 0:
+			gone = time.Time{}
+		case !clientGone(t.client):
+			gone = time.Time{}
+		case gone.IsZero():
+			gone = now
+		case now.Sub(gone) >= t.grace:
+			return err
 		}
 	}
 }

@@ -196,3 +196,43 @@ func TestTunnelIdleTimeout(t *testing.T) {
 	live.c.Close()
 	testwait.For(t, 2*time.Second, "tunnels out of flight", func() bool { return e.h.inFlight.Load() == 0 })
 }
+
+// TestTunnelEndsWhenTheClientLeavesAStalledWrite: the app answers 101 and
+// then reads nothing, so the copy to it blocks once its buffers are full;
+// the client that gave up and reset still ends the tunnel within the
+// half-close timeout, though no read of either side wakes (review of issue
+// 34, found 3 in another shape). A client that closes with a FIN instead
+// cannot be seen by any proxy: its FIN waits in its own kernel behind the
+// bytes the app does not take.
+func TestTunnelEndsWhenTheClientLeavesAStalledWrite(t *testing.T) {
+	for _, reset := range []bool{true} {
+		t.Run("reset", func(t *testing.T) {
+			app := tunnelApp(t, func(c *net.TCPConn, br *bufio.Reader, done <-chan struct{}) {
+				<-done // never reads, never writes, never closes
+			})
+			o := testEngineOptions()
+			o.HalfCloseTimeout = 300 * time.Millisecond
+			e := startEngine(t, app, o)
+			cl := upgrade(t, e.addr)
+			big := make([]byte, 1<<20)
+			cl.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+			for total := 0; total < 256<<20; {
+				n, err := cl.c.Write(big)
+				total += n
+				if err != nil {
+					break // the app's and the engine's buffers are full
+				}
+			}
+			if reset {
+				cl.c.(*net.TCPConn).SetLinger(0)
+			}
+			start := time.Now()
+			cl.c.Close()
+			testwait.For(t, 4*time.Second, "tunnel out of flight", func() bool { return e.h.inFlight.Load() == 0 })
+			if bound := o.HalfCloseTimeout + time.Second + 3*clientCheck; time.Since(start) > bound {
+				t.Errorf("left the in-flight count after %v, want within %v", time.Since(start), bound)
+			}
+			testwait.For(t, time.Second, "client connection released", func() bool { return e.srv.OpenConns() == 0 })
+		})
+	}
+}
