@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,7 @@ func (e *podEvents) report(p *pod, evReason, reason, note string, now time.Time)
 	ev := &eventsv1.Event{
 		// Named as kubectl's events are, <object>.<hex time>: a fake
 		// clientset does not generate names.
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x%02x", name, now.UnixNano(), e.seq.Add(1)%256), Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: eventName(name, now, e.seq.Add(1)), Namespace: ns},
 		EventTime:  metav1.NewMicroTime(now),
 		Regarding:  corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, UID: p.uid},
 		Type:       corev1.EventTypeWarning, Reason: evReason, Action: "ReadStats", Note: note,
@@ -115,4 +116,15 @@ func (s *Scaler) refuse(p *pod, reason, msg string) {
 	}
 	note := fmt.Sprintf("ebb-scaler refused what this pod's %s answered to GET /stats (app %s, reason %s): %s; its figures are not counted while it answers so.", SidecarContainer, p.app.key.Name, reason, msg)
 	s.podEvents.report(p, ReasonStatsRefused, reason, note, time.Now())
+}
+
+// eventName is <pod>.<hex time><hex seq>, the pod's part cut so that the
+// whole stays within the 253 characters of an object name (a pod's own name
+// may take all of them).
+func eventName(pod string, now time.Time, seq uint32) string {
+	suffix := fmt.Sprintf(".%x%02x", now.UnixNano(), seq%256)
+	if len(pod) > 253-len(suffix) {
+		pod = strings.TrimRight(pod[:253-len(suffix)], ".-")
+	}
+	return pod + suffix
 }
