@@ -193,7 +193,11 @@ func newHandler(cfg config) http.Handler {
 				time.Sleep(d)
 			}
 		}
-		switch r.URL.Path {
+		path := r.URL.Path
+		if strings.HasPrefix(path, "/hello/") {
+			path = "/" // any path under /hello/ is answered as / is (routing tests)
+		}
+		switch path {
 		case "/":
 			h := w.Header()
 			h["Content-Type"] = textPlain

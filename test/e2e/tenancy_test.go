@@ -42,7 +42,7 @@ func TestTenantGetsNoneOfAnotherNamespacesRequests(t *testing.T) {
 	squat := ebb.App(squatNS, "squat", app+"."+shopNS, 1)
 	// A longer path prefix than shop's route: a Service's names are its
 	// namespace's on every path.
-	squat.Spec.Template.Annotations[ebb.Names.Key("paths")] = "/login"
+	squat.Spec.Template.Annotations[ebb.Names.Key("paths")] = "/hello/login"
 	dry := &corev1.Pod{ObjectMeta: *squat.Spec.Template.ObjectMeta.DeepCopy(), Spec: squat.Spec.Template.Spec}
 	dry.Name, dry.Namespace = "squat-dry", squatNS
 	dry.Annotations[ebb.Names.HostsAnnotation()] = app + "." + shopNS + ".svc.cluster.local," + app + ",198.19.0.10"
@@ -75,7 +75,7 @@ func TestTenantGetsNoneOfAnotherNamespacesRequests(t *testing.T) {
 	fqdn := app + "." + shopNS + ".svc.cluster.local"
 	hosts := []string{fqdn, strings.ToUpper(fqdn) + ":80", fqdn + ".", app + "." + shopNS + ".svc", app + "." + shopNS, app, app + ":80", ip, ip + ":80"}
 	client := &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	paths := []string{"", "login"}
+	paths := []string{"", "hello/login"}
 	results := make([]install.Result, len(hosts)*len(paths))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -85,7 +85,7 @@ func TestTenantGetsNoneOfAnotherNamespacesRequests(t *testing.T) {
 	}
 	wg.Wait()
 	for k, r := range results {
-		// The test app answers every path as it answers /.
+		// The test app answers paths under /hello/ as it answers /.
 		if r.Err != nil || r.Status != http.StatusOK || !strings.HasPrefix(r.Body, "hello from "+app+"-") {
 			t.Errorf("Host %q, path /%s, to shop's Service at zero: %d %q, %v; want 200 from shop's own pod", hosts[k/len(paths)], paths[k%len(paths)], r.Status, r.Body, r.Err)
 		}
@@ -97,7 +97,7 @@ func TestTenantGetsNoneOfAnotherNamespacesRequests(t *testing.T) {
 			return false, err
 		}
 		cond := meta.FindStatusCondition(route.Status.Conditions, routingv1alpha1.ConditionConflicted)
-		want := fmt.Sprintf("host %s.%s path / (ServiceOfAnotherNamespace: AppRoute %s/%s serves it)", app, shopNS, shopNS, app)
+		want := fmt.Sprintf("host %s.%s path /hello/login (ServiceOfAnotherNamespace: AppRoute %s/%s serves it)", app, shopNS, shopNS, app)
 		return cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == "ServiceOfAnotherNamespace" && strings.Contains(cond.Message, want), nil
 	})
 	if err != nil {
