@@ -249,11 +249,12 @@ func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1
 		if !slices.Contains(route.Spec.Hosts, host) && slices.Contains(route.Spec.Hosts, "*."+host) {
 			host = "*." + host
 		}
-		switch c.Reason {
-		case routing.ReasonOlderRoute, routing.ReasonServiceName:
-			lost = append(lost, fmt.Sprintf("host %s path %s (%s: AppRoute %s/%s serves it)", host, c.Prefix, c.Reason, c.Winner.Namespace, c.Winner.Name))
-		default:
-			lost = append(lost, fmt.Sprintf("host %s (%s)", host, c.Reason))
+		what := fmt.Sprintf("host %s (%s)", host, c.Reason) // refused whatever the path
+		if c.Reason == routing.ReasonOlderRoute || c.Reason == routing.ReasonServiceName {
+			what = fmt.Sprintf("host %s path %s (%s: AppRoute %s/%s serves it)", host, c.Prefix, c.Reason, c.Winner.Namespace, c.Winner.Name)
+		}
+		if !slices.Contains(lost, what) {
+			lost = append(lost, what)
 		}
 		// The first reason names the condition; the message lists all.
 		reason = cmp.Or(reason, c.Reason)
