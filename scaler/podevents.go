@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,14 +34,13 @@ type podEvents struct {
 	queue chan *eventsv1.Event
 	seq   atomic.Uint32
 
-	mu   sync.Mutex
-	last map[string]time.Time // namespace/name/reason → last posted
+	every onceEvery // keyed namespace/name/reason
 }
 
 const podEventQueue = 64
 
 func newPodEvents(kube kubernetes.Interface, log logr.Logger) *podEvents {
-	return &podEvents{kube: kube, log: log, queue: make(chan *eventsv1.Event, podEventQueue), last: map[string]time.Time{}}
+	return &podEvents{kube: kube, log: log, queue: make(chan *eventsv1.Event, podEventQueue)}
 }
 
 // report queues an event on p unless one for the same reason was posted
@@ -50,16 +48,9 @@ func newPodEvents(kube kubernetes.Interface, log logr.Logger) *podEvents {
 func (e *podEvents) report(p *pod, evReason, reason, note string, now time.Time) {
 	ns, name, _ := cutKey(p.key)
 	key := p.key + "/" + reason
-	e.mu.Lock()
-	if t, ok := e.last[key]; ok && now.Sub(t) < refusalEvery {
-		e.mu.Unlock()
+	if !e.every.allow(key, now) {
 		return
 	}
-	if len(e.last) > 10_000 { // bound memory: forget the lot
-		e.last = map[string]time.Time{}
-	}
-	e.last[key] = now
-	e.mu.Unlock()
 	if len(note) > 1024 {
 		note = note[:1021] + "..."
 	}

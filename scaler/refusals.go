@@ -36,12 +36,33 @@ type refusals struct {
 	dyn  dynamic.Interface // nil: no events (tests with a fake clientset)
 	log  logr.Logger
 
-	mu   sync.Mutex
-	last map[string]time.Time // namespace/name/message → last reported
+	every onceEvery // keyed namespace/name/message
 }
 
 func newRefusals(kube kubernetes.Interface, dyn dynamic.Interface, log logr.Logger) *refusals {
-	return &refusals{kube: kube, dyn: dyn, log: log, last: map[string]time.Time{}}
+	return &refusals{kube: kube, dyn: dyn, log: log}
+}
+
+// onceEvery lets one report per key through every refusalEvery; its memory
+// is bounded (past 10,000 keys it forgets them all).
+type onceEvery struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// allow reports whether a report for key may go out at now, and if so
+// records it.
+func (o *onceEvery) allow(key string, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t, ok := o.last[key]; ok && now.Sub(t) < refusalEvery {
+		return false
+	}
+	if o.last == nil || len(o.last) > 10_000 {
+		o.last = map[string]time.Time{}
+	}
+	o.last[key] = now
+	return true
 }
 
 // report posts err, if it is a refusal (InvalidArgument), on ref's
@@ -53,16 +74,9 @@ func (r *refusals) report(ref *externalscaler.ScaledObjectRef, err error) {
 	msg := status.Convert(err).Message()
 	key := ref.GetNamespace() + "/" + ref.GetName() + "/" + msg
 	now := time.Now()
-	r.mu.Lock()
-	if t, ok := r.last[key]; ok && now.Sub(t) < refusalEvery {
-		r.mu.Unlock()
+	if !r.every.allow(key, now) {
 		return
 	}
-	if len(r.last) > 10_000 { // bound memory: forget the lot
-		r.last = map[string]time.Time{}
-	}
-	r.last[key] = now
-	r.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
