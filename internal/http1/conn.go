@@ -66,7 +66,9 @@ type Handler interface {
 	UpstreamError(up *Upstream, err error) string
 }
 
-// Conn is one client connection served by the HTTP/1.1 engine.
+// Conn is one client connection served by the HTTP/1.1 engine. Its fields
+// last as long as the connection; everything about the request being
+// served is in req, which Serve zeroes before each request.
 type Conn struct {
 	o       *Options
 	h       Handler
@@ -77,33 +79,51 @@ type Conn struct {
 	resp    []byte // response head (and small body) for the client
 	chunk   []byte // a piece of a body until close, framed as a chunk
 	line    []byte // scratch for header lines longer than a reader's buffer
-	raw     []byte // the request head as received, with Options.KeepRaw
-	host    []byte // Host header value of the request
-	target  [2]int // the request target in out
 	handoff net.Conn
-	rq      Request
-	xff     []byte // X-Forwarded-For values of the request
-	hop     []byte // hop-by-hop header names to drop, comma separated
-	ip      []byte // client IP, computed once
-	f       framing
-	now     time.Time // when the current request's head began
+	ip      []byte    // client IP, computed once
 	wdl     time.Time // current write deadline of the client connection
-	sent1xx bool      // a 1xx response of the current request went out
+	// upstream is the app connection of the exchange under way, for
+	// Server.Close (which reads it from another goroutine).
+	upstream atomic.Pointer[net.TCPConn]
+	served   int     // requests served on this connection
+	req      request // the request being served
+}
+
+// request is the state of the request a Conn is serving, from the wait for
+// its first byte to the end of its response. Serve zeroes all of it at once
+// before each request (reset), so that nothing of one request can leak into
+// the next; only the capacity of its buffers is kept.
+type request struct {
+	// rq is the parsed head. In the Conn, not on the stack: passed through
+	// the Handler interface, it would escape (one allocation per request).
+	rq     Request
+	now    time.Time // when the head began; moved on by 1xx responses and streams, for write deadlines
+	host   []byte    // Host header value
+	target [2]int    // the request target in Conn.out
+	raw    []byte    // the head as received, with Options.KeepRaw
+	xff    []byte    // X-Forwarded-For values
+	hop    []byte    // hop-by-hop header names to drop, comma separated (of the request head, then of each response head)
+	f      framing   // the response body's
+	status int       // status code of the response to the client; 0: none yet
+	// sent1xx: a 1xx response went out.
+	sent1xx bool
 	// farDeadline: the read deadline on the app's connection is the
 	// response-header timeout's, not the next client check's.
 	farDeadline bool
 	// earlyResponse: the app's response head came before the request body
 	// was sent whole.
 	earlyResponse bool
-	// bodySent: the streamed request body was written whole to the app.
+	// bodySent: the streamed request body was written whole to the app
+	// (stored by the body's goroutine, which always ends before the next
+	// request: RoundTrip waits for it).
 	bodySent atomic.Bool
-	// upstream is the app connection of the exchange under way, for
-	// Server.Close.
-	upstream atomic.Pointer[net.TCPConn]
 	body     chan error // the outcome of the request body being streamed, until received
 	bodyErr  error
-	req      int // requests served on this connection
-	status   int // status code of the current request's response to the client; 0: none yet
+}
+
+// reset zeroes r for the next request, keeping its buffers' capacity.
+func (r *request) reset() {
+	*r = request{host: r.host[:0], raw: r.raw[:0], xff: r.xff[:0], hop: r.hop[:0]}
 }
 
 // newConn returns the engine for client connection c; call Serve, then
@@ -134,16 +154,13 @@ func (cc *Conn) release() {
 // done.
 func (cc *Conn) Serve() net.Conn {
 	for {
+		cc.req.reset()
 		if !cc.waitRequest() {
 			return nil
 		}
-		// In the Conn, not on the stack: passed through the Handler
-		// interface, it would escape (one allocation per request).
-		rq := &cc.rq
-		*rq = Request{}
-		code, err := cc.readRequest(rq)
+		code, err := cc.readRequest()
 		if err != nil {
-			if err == errH2Preface && cc.req == 0 {
+			if err == errH2Preface && cc.served == 0 {
 				return cc.handOffH2()
 			}
 			if code != 0 {
@@ -151,8 +168,8 @@ func (cc *Conn) Serve() net.Conn {
 			}
 			return nil
 		}
-		cc.req++
-		if !cc.h.ServeRequest(cc, rq) {
+		cc.served++
+		if !cc.h.ServeRequest(cc, &cc.req.rq) {
 			return cc.handoff
 		}
 	}
@@ -161,11 +178,11 @@ func (cc *Conn) Serve() net.Conn {
 // waitRequest waits, within the idle timeout, for the first byte of the next
 // request and then gives the client the header timeout to send the rest.
 func (cc *Conn) waitRequest() bool {
-	cc.now = time.Now()
+	cc.req.now = time.Now()
 	if cc.br.Buffered() == 0 {
 		// Deadline first: a stopping server may set an earlier one right
 		// after setIdle.
-		cc.c.SetReadDeadline(cc.now.Add(cc.o.IdleTimeout))
+		cc.c.SetReadDeadline(cc.req.now.Add(cc.o.IdleTimeout))
 		if !cc.s.setIdle(cc, true) {
 			return false
 		}
@@ -173,9 +190,9 @@ func (cc *Conn) waitRequest() bool {
 		if !cc.s.setIdle(cc, false) || err != nil {
 			return false
 		}
-		cc.now = time.Now()
+		cc.req.now = time.Now()
 	}
-	cc.c.SetReadDeadline(cc.now.Add(cc.o.HeaderTimeout))
+	cc.c.SetReadDeadline(cc.req.now.Add(cc.o.HeaderTimeout))
 	return true
 }
 
@@ -189,7 +206,7 @@ func (cc *Conn) draining() bool { return cc.s != nil && cc.s.Draining() }
 // the first frame).
 func (cc *Conn) handOffH2() net.Conn {
 	c := cc.detach([]byte("PRI * HTTP/2.0\r\n"))
-	cc.c.SetReadDeadline(cc.now.Add(cc.o.HeaderTimeout))
+	cc.c.SetReadDeadline(cc.req.now.Add(cc.o.HeaderTimeout))
 	return c
 }
 
@@ -198,7 +215,7 @@ func (cc *Conn) handOffH2() net.Conn {
 // set) and everything read after it put back in front, for another server
 // to serve. It returns false, for ServeRequest to return.
 func (cc *Conn) HandOff() bool {
-	cc.handoff = cc.detach(cc.raw)
+	cc.handoff = cc.detach(cc.req.raw)
 	return false
 }
 
@@ -214,18 +231,18 @@ func (cc *Conn) detach(head []byte) net.Conn {
 }
 
 // Host is the request's Host header value (empty without one).
-func (cc *Conn) Host() []byte { return cc.host }
+func (cc *Conn) Host() []byte { return cc.req.host }
 
 // Status is the status code of the response the current request got (the
 // app's, or the engine's own error); 0 if none went out. Read it after
 // RoundTrip.
-func (cc *Conn) Status() int { return cc.status }
+func (cc *Conn) Status() int { return cc.req.status }
 
 // Began is when the current request's head began to arrive.
-func (cc *Conn) Began() time.Time { return cc.now }
+func (cc *Conn) Began() time.Time { return cc.req.now }
 
 // Target is the request target as received.
-func (cc *Conn) Target() []byte { return cc.out[cc.target[0]:cc.target[1]] }
+func (cc *Conn) Target() []byte { return cc.out[cc.req.target[0]:cc.req.target[1]] }
 
 // readLine returns the next line without its line ending (CRLF, or a bare
 // LF as RFC 9112 section 2.2 allows in a head), valid until the next read.
@@ -275,7 +292,7 @@ func (cc *Conn) closeGently() {
 }
 
 func (cc *Conn) writeResponse(code int, body string, keep bool) {
-	cc.status = code
+	cc.req.status = code
 	b := cc.resp[:0]
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)

@@ -99,8 +99,9 @@ func ourRequest(raw []byte) (v verdict, http10, h2 bool) {
 	src := bytes.NewReader(raw)
 	br := bufio.NewReaderSize(src, 64<<10)
 	cc := &Conn{o: &Options{Name: "ebb-test", MaxHeaderBytes: 1 << 20}, br: br, ip: []byte("10.0.0.9")}
-	var rq Request
-	if _, err := cc.readRequest(&rq); err != nil {
+	_, err := cc.readRequest()
+	rq := &cc.req.rq
+	if err != nil {
 		return v, rq.http10, err == errH2Preface
 	}
 	var f framing

@@ -15,9 +15,8 @@ func parseHead(raw string, maxHeader int) (*Conn, Request, int, error) {
 
 func parseHeadWith(raw string, o Options) (*Conn, Request, int, error) {
 	cc := &Conn{o: &o, br: bufio.NewReaderSize(strings.NewReader(raw), clientBufSize), ip: []byte("10.0.0.9")}
-	var rq Request
-	code, err := cc.readRequest(&rq)
-	return cc, rq, code, err
+	code, err := cc.readRequest()
+	return cc, cc.req.rq, code, err
 }
 
 func TestReadRequestRewritesHead(t *testing.T) {
@@ -157,7 +156,7 @@ func TestReadRequestKeepRawAndForwarded(t *testing.T) {
 	}
 	// The head as received (line endings made CRLF), for a hand-off.
 	wantRaw := "GET /a%20b?x HTTP/1.1\r\nHost: h.test\r\nForwarded: for=1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\n\r\n"
-	if diff := cmp.Diff(wantRaw, string(cc.raw)); diff != "" {
+	if diff := cmp.Diff(wantRaw, string(cc.req.raw)); diff != "" {
 		t.Errorf("raw head (-want +got):\n%s", diff)
 	}
 	if got := string(cc.Host()) + " " + string(cc.Target()); got != "h.test /a%20b?x" {

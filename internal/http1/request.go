@@ -31,7 +31,7 @@ type badRequest string
 
 func (e badRequest) Error() string { return string(e) }
 
-// readRequest parses a request head into rq and writes the head to send to
+// readRequest parses a request head into cc.req and writes the head to send to
 // the app into cc.out. On error it returns the status to answer with (0 to
 // just close).
 //
@@ -45,13 +45,13 @@ func (e badRequest) Error() string { return string(e) }
 // address; the other forwarding headers pass as received: forwarded.go)
 // and, for an upgrade, Connection: Upgrade. Whatever the client's Connection header names, the app frames
 // the body exactly as the engine does.
-func (cc *Conn) readRequest(rq *Request) (int, error) {
+func (cc *Conn) readRequest() (int, error) {
+	rq := &cc.req.rq
 	budget := cc.o.MaxHeaderBytes
 	rq.cl = -1
 	var line []byte
 	var err error
 	keepRaw := cc.o.KeepRaw
-	cc.host = cc.host[:0]
 	for blank := 0; ; blank++ {
 		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
 		if err != nil {
@@ -65,8 +65,8 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 		}
 	}
 	if keepRaw {
-		cc.raw = append(cc.raw[:0], line...)
-		cc.raw = append(cc.raw, '\r', '\n')
+		cc.req.raw = append(cc.req.raw[:0], line...)
+		cc.req.raw = append(cc.req.raw, '\r', '\n')
 	}
 
 	// request-line = method SP request-target SP HTTP-version
@@ -111,17 +111,15 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 	}
 	out := append(cc.out[:0], method...)
 	out = append(out, ' ')
-	cc.target[0] = len(out)
+	cc.req.target[0] = len(out)
 	out = append(out, target...)
-	cc.target[1] = len(out)
+	cc.req.target[1] = len(out)
 	if rq.http10 {
 		out = append(out, " HTTP/1.0\r\n"...)
 	} else {
 		out = append(out, " HTTP/1.1\r\n"...)
 	}
 
-	cc.xff = cc.xff[:0]
-	cc.hop = cc.hop[:0]
 	var nte, clDigits int
 	for {
 		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
@@ -130,8 +128,8 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 			return headErrorCode(err), err
 		}
 		if keepRaw {
-			cc.raw = append(cc.raw, line...)
-			cc.raw = append(cc.raw, '\r', '\n')
+			cc.req.raw = append(cc.req.raw, line...)
+			cc.req.raw = append(cc.req.raw, '\r', '\n')
 		}
 		if len(line) == 0 {
 			break
@@ -163,7 +161,7 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 					return 400, badRequest("malformed Host header")
 				}
 				rq.host = true
-				cc.host = append(cc.host, value...)
+				cc.req.host = append(cc.req.host, value...)
 			}
 		case 7:
 			if eqFold(name, "upgrade") {
@@ -193,10 +191,10 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 		case 15:
 			if eqFold(name, "x-forwarded-for") {
 				drop = true
-				if len(cc.xff) > 0 {
-					cc.xff = append(cc.xff, ", "...)
+				if len(cc.req.xff) > 0 {
+					cc.req.xff = append(cc.req.xff, ", "...)
 				}
-				cc.xff = append(cc.xff, value...)
+				cc.req.xff = append(cc.req.xff, value...)
 			}
 		case 16:
 			drop = eqFold(name, "proxy-connection")
@@ -235,15 +233,15 @@ func (cc *Conn) readRequest(rq *Request) (int, error) {
 	rq.upgrade = rq.upgrade && rq.hasUpgrade
 	if rq.hasUpgrade && !rq.upgrade {
 		rq.extraHop = true
-		cc.hop = append(cc.hop, "upgrade,"...)
+		cc.req.hop = append(cc.req.hop, "upgrade,"...)
 	}
 	if rq.extraHop {
-		out = dropHeaders(out, cc.hop)
+		out = dropHeaders(out, cc.req.hop)
 	}
 	out = appendFraming(out, rq.chunked, rq.cl)
 	out = append(out, "X-Forwarded-For: "...)
-	if len(cc.xff) > 0 {
-		out = append(out, cc.xff...)
+	if len(cc.req.xff) > 0 {
+		out = append(out, cc.req.xff...)
 		out = append(out, ", "...)
 	}
 	out = append(out, cc.ip...)
@@ -307,7 +305,7 @@ func validTarget(t []byte) bool {
 }
 
 // connectionOptions reads a Connection header's options: close, upgrade,
-// and whether it names other headers, whose names it adds to cc.hop (to be
+// and whether it names other headers, whose names it adds to cc.req.hop (to be
 // dropped).
 func (cc *Conn) connectionOptions(v []byte) (closeOpt, upgradeOpt, extra bool) {
 	tokens(v, func(tok []byte) {
@@ -319,8 +317,8 @@ func (cc *Conn) connectionOptions(v []byte) (closeOpt, upgradeOpt, extra bool) {
 			upgradeOpt = true
 		default:
 			extra = true
-			cc.hop = append(cc.hop, tok...)
-			cc.hop = append(cc.hop, ',')
+			cc.req.hop = append(cc.req.hop, tok...)
+			cc.req.hop = append(cc.req.hop, ',')
 		}
 	})
 	return closeOpt, upgradeOpt, extra

@@ -57,8 +57,8 @@ func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
 		if err := cc.write(cc.c, cc.resp); err != nil {
 			return errClientGone // not the app's failure: nothing to resend
 		}
-		cc.sent1xx = true
-		cc.now = time.Now() // for the write deadline (the response-header timeout runs on)
+		cc.req.sent1xx = true
+		cc.req.now = time.Now() // for the write deadline (the response-header timeout runs on)
 	}
 }
 
@@ -95,7 +95,7 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 	rs.close = http10
 	resp := append(cc.resp[:0], line...)
 	resp = append(resp, '\r', '\n')
-	cc.hop = cc.hop[:0]
+	cc.req.hop = cc.req.hop[:0]
 	extraHop := false
 	nte, clDigits := 0, 0
 	for {
@@ -163,7 +163,7 @@ func (cc *Conn) readOneResponseHead(br *bufio.Reader, rq *Request, rs *response)
 		return errBadResponse
 	}
 	if extraHop && code != 101 {
-		resp = dropHeaders(resp, cc.hop)
+		resp = dropHeaders(resp, cc.req.hop)
 	}
 	if code >= 200 && code != 204 { // 1xx and 204: no body, nothing to say about one
 		resp = appendFraming(resp, rs.chunked, rs.cl)

@@ -64,11 +64,6 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		inline = true
 	}
 	streamBody := rq.hasBody() && !inline
-	cc.sent1xx = false
-	cc.farDeadline = false
-	cc.earlyResponse = false
-	cc.body, cc.bodyErr = nil, nil
-	cc.status = 0
 	defer cc.upstream.Store(nil)
 	var uc *upConn
 	var rs response
@@ -97,8 +92,8 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		if err == nil {
 			err = cc.readResponseHead(uc, rq, &rs)
 			if err == nil {
-				cc.status = rs.code
-				if cc.farDeadline {
+				cc.req.status = rs.code
+				if cc.req.farDeadline {
 					uc.c.SetReadDeadline(time.Now().Add(clientCheck))
 				}
 				break
@@ -107,10 +102,10 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		uc.close()
 		// A connection the app closed while it sat in the pool fails before
 		// any byte of a response: send again if the request can be resent.
-		if reused && attempt == 0 && !streamBody && !cc.sent1xx && (rq.idempotent || writeFailed) && isConnClosedErr(err) {
+		if reused && attempt == 0 && !streamBody && !cc.req.sent1xx && (rq.idempotent || writeFailed) && isConnClosedErr(err) {
 			continue
 		}
-		if err == errClientGone || cc.sent1xx { // nobody to answer, or too late for a 502
+		if err == errClientGone || cc.req.sent1xx { // nobody to answer, or too late for a 502
 			cc.abortBody()
 			return false
 		}
@@ -138,7 +133,7 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		cc.tunnel(uc)
 		return false
 	}
-	f := &cc.f
+	f := &cc.req.f
 	switch {
 	case rq.isHead || rs.code == 204 || rs.code == 304:
 		f.reset(bodyNone, 0)
@@ -173,7 +168,7 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 			cc.abortBody()
 			return false
 		}
-		if !sent && !cc.sent1xx && err == errChunked {
+		if !sent && !cc.req.sent1xx && err == errChunked {
 			// Nothing of the response went out yet: still time for a 502.
 			return cc.upstreamFailed(up, rq, errBadResponse)
 		}
@@ -185,16 +180,16 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 			cc.abortBody()
 			return false
 		}
-		if cc.bodyErr != nil {
+		if cc.req.bodyErr != nil {
 			uc.close()
 			return false
 		}
 	}
-	if reusable(rq, &rs) && !cc.earlyResponse {
+	if reusable(rq, &rs) && !cc.req.earlyResponse {
 		if streamBody || len(cc.out) > bigHead {
 			uc.c.SetWriteDeadline(time.Time{}) // the next request's own
 		}
-		up.put(uc, cc.now)
+		up.put(uc, cc.req.now)
 	} else {
 		uc.close()
 	}
@@ -262,8 +257,8 @@ func (cc *Conn) awaitResponse(uc *upConn, dl *time.Time) error {
 			return errClientGone
 		}
 	}
-	if !cc.bodySent.Load() && !cc.bodyFinished() {
-		cc.earlyResponse = true
+	if !cc.req.bodySent.Load() && !cc.bodyFinished() {
+		cc.req.earlyResponse = true
 	}
 	if !headBuffered(uc.br) {
 		// A head larger than the buffer: the rest within the response
@@ -273,7 +268,7 @@ func (cc *Conn) awaitResponse(uc *upConn, dl *time.Time) error {
 			deadline = time.Now().Add(cc.o.IdleTimeout)
 		}
 		uc.c.SetReadDeadline(deadline)
-		cc.farDeadline = true
+		cc.req.farDeadline = true
 	}
 	return nil
 }
@@ -295,11 +290,11 @@ func headBuffered(br *bufio.Reader) bool {
 
 // startRequestBody streams the request body from the client to the app in
 // its own goroutine (the app may answer while it still reads); the outcome
-// arrives on cc.body.
+// arrives on cc.req.body.
 func (cc *Conn) startRequestBody(dst *net.TCPConn, rq *Request) {
 	done := make(chan error, 1)
-	cc.body = done
-	cc.bodySent.Store(false)
+	cc.req.body = done
+	cc.req.bodySent.Store(false)
 	var f framing
 	if rq.chunked {
 		f.reset(bodyChunked, 0)
@@ -324,12 +319,12 @@ func (cc *Conn) startRequestBody(dst *net.TCPConn, rq *Request) {
 // bodyFinished reports, without waiting, whether no request body is being
 // streamed any more.
 func (cc *Conn) bodyFinished() bool {
-	if cc.body == nil {
+	if cc.req.body == nil {
 		return true
 	}
 	select {
-	case cc.bodyErr = <-cc.body:
-		cc.body = nil
+	case cc.req.bodyErr = <-cc.req.body:
+		cc.req.body = nil
 		return true
 	default:
 		return false
@@ -339,15 +334,15 @@ func (cc *Conn) bodyFinished() bool {
 // waitBodyFor waits up to d for the outcome of the request body being
 // streamed; finished reports whether it came (or none was streamed).
 func (cc *Conn) waitBodyFor(d time.Duration) (finished bool, err error) {
-	if cc.body == nil {
-		return true, cc.bodyErr
+	if cc.req.body == nil {
+		return true, cc.req.bodyErr
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case cc.bodyErr = <-cc.body:
-		cc.body = nil
-		return true, cc.bodyErr
+	case cc.req.bodyErr = <-cc.req.body:
+		cc.req.body = nil
+		return true, cc.req.bodyErr
 	case <-t.C:
 		return false, nil
 	}
@@ -356,7 +351,7 @@ func (cc *Conn) waitBodyFor(d time.Duration) (finished bool, err error) {
 // abortBody ends the exchange: it closes the client connection and waits
 // for the request body's goroutine, if any, to return.
 func (cc *Conn) abortBody() {
-	if cc.body != nil {
+	if cc.req.body != nil {
 		cc.c.Close()
 		cc.waitBody()
 	}
@@ -365,11 +360,11 @@ func (cc *Conn) abortBody() {
 // waitBody waits for the request body being streamed, if any, and returns
 // its outcome.
 func (cc *Conn) waitBody() error {
-	if cc.body != nil {
-		cc.bodyErr = <-cc.body
-		cc.body = nil
+	if cc.req.body != nil {
+		cc.req.bodyErr = <-cc.req.body
+		cc.req.body = nil
 	}
-	return cc.bodyErr
+	return cc.req.bodyErr
 }
 
 // pumpRequestBody copies a request body from the client to the app; each
@@ -412,7 +407,7 @@ func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 			return err
 		}
 	}
-	cc.bodySent.Store(true) // before the outcome is sent: the app has it all
+	cc.req.bodySent.Store(true) // before the outcome is sent: the app has it all
 	return nil
 }
 
@@ -453,7 +448,7 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 			if f.done() {
 				break
 			}
-			cc.now = time.Now() // a stream: keep the write deadline moving
+			cc.req.now = time.Now() // a stream: keep the write deadline moving
 		}
 		b, _ := src.Peek(src.Buffered())
 		var n int
@@ -531,7 +526,7 @@ func appendChunk(b, data []byte) []byte {
 func (cc *Conn) write(dst *net.TCPConn, b []byte) error {
 	if dst == cc.c {
 		timeout := cc.o.IdleTimeout
-		if cc.wdl.Sub(cc.now) < timeout/2 {
+		if cc.wdl.Sub(cc.req.now) < timeout/2 {
 			cc.wdl = time.Now().Add(timeout)
 			cc.c.SetWriteDeadline(cc.wdl)
 		}
