@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ebb-dev/ebb/activator/control"
+	"github.com/ebb-dev/ebb/activator/proxy"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
@@ -19,14 +21,10 @@ import (
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
-// Defaults of Options and RouterOptions.
+// Defaults of Options (the request path's are proxy's).
 const (
-	DefaultQueueSize        = 1000
-	DefaultMaxHeld          = 20000
-	DefaultColdStartTimeout = 2 * time.Minute
-	DefaultProbeInterval    = 10 * time.Millisecond
-	DefaultResync           = time.Minute
-	DefaultSelector         = "app.kubernetes.io/name=ebb-activator"
+	DefaultResync   = time.Minute
+	DefaultSelector = "app.kubernetes.io/name=ebb-activator"
 )
 
 // Options configure one activator replica. Fill them with ParseOptions.
@@ -60,7 +58,7 @@ type Options struct {
 	// port of Listen.
 	HandoffPort int
 	// Pool is this replica's activator pool; PoolsConfigMap, in
-	// PodNamespace, lists every pool of the instance (PoolsKey). Without
+	// PodNamespace, lists every pool of the instance (control.PoolsKey). Without
 	// it the pool admits every route.
 	Pool, PoolsConfigMap string
 	LeaderElect          bool
@@ -81,15 +79,15 @@ func DefaultOptions() Options {
 		APIGroupSuffix:    groupsuffix.Default,
 		Listen:            ":8080",
 		AdminListen:       ":8081",
-		QueueSize:         DefaultQueueSize,
-		MaxHeld:           DefaultMaxHeld,
-		ColdStartTimeout:  DefaultColdStartTimeout,
-		ProbeInterval:     DefaultProbeInterval,
+		QueueSize:         proxy.DefaultQueueSize,
+		MaxHeld:           proxy.DefaultMaxHeld,
+		ColdStartTimeout:  proxy.DefaultColdStartTimeout,
+		ProbeInterval:     proxy.DefaultProbeInterval,
 		Resync:            DefaultResync,
 		DrainTimeout:      30 * time.Second,
 		SidecarAdminPort:  stats.DefaultAdminPort,
 		ActivatorSelector: DefaultSelector,
-		Pool:              DefaultPool,
+		Pool:              control.DefaultPool,
 		LeaderElect:       true,
 		RequestMetrics:    true,
 		Tracing:           tracing.DefaultOptions(),
@@ -110,7 +108,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 // TLS name to the --scaler-service's DNS name, unless given.
 func (o *Options) Complete() {
 	if o.ScalerCAFile != "" && o.ScalerServerName == "" {
-		if ns, name, _, err := parseServiceRef(o.ScalerService); err == nil {
+		if ns, name, _, err := control.ParseServiceRef(o.ScalerService); err == nil {
 			o.ScalerServerName = name + "." + ns + ".svc"
 		}
 	}
@@ -143,13 +141,20 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.ActivatorSelector, "activator-selector", "label selector of this instance's activator pods in the pod's namespace")
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
 	s.String(&o.Pool, "pool", "activator pool of this replica: it publishes the hand-off slices of the routes the pool admits")
-	s.String(&o.PoolsConfigMap, "pools-configmap", "ConfigMap (in the pod's namespace) listing every activator pool in "+PoolsKey+"; unset: this pool admits every route")
+	s.String(&o.PoolsConfigMap, "pools-configmap", "ConfigMap (in the pod's namespace) listing every activator pool in "+control.PoolsKey+"; unset: this pool admits every route")
 	s.Bool(&o.LeaderElect, "leader-elect", "elect one replica to write hand-off slices and Propagated conditions")
 	s.Bool(&o.RequestMetrics, "request-metrics", "export the request-duration histogram and status counts of forwarded requests")
 	o.Tracing.Bind(s)
 	o.Log.Bind(s)
 	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }
+
+// MaxColdStartTimeout is the longest --cold-start-timeout, the same ceiling
+// as the per-app annotation's (webhook/inject.MaxColdStartTimeout). A
+// terminating activator keeps each request it holds until it is answered or
+// its cold-start timeout has passed, so the pod's termination grace period
+// (the chart's) grows with it.
+const MaxColdStartTimeout = 15 * time.Minute
 
 // Validate returns every problem of o at once.
 func (o Options) Validate() error {
@@ -169,8 +174,8 @@ func (o Options) Validate() error {
 	if o.MaxHeld < o.QueueSize {
 		bad("--max-held %d: must be at least --queue-size (%d)", o.MaxHeld, o.QueueSize)
 	}
-	if o.ColdStartTimeout < time.Millisecond || o.ColdStartTimeout > time.Hour {
-		bad("--cold-start-timeout %s: want 1ms to 1h", o.ColdStartTimeout)
+	if o.ColdStartTimeout < time.Millisecond || o.ColdStartTimeout > MaxColdStartTimeout {
+		bad("--cold-start-timeout %s: want 1ms to %s", o.ColdStartTimeout, MaxColdStartTimeout)
 	}
 	if o.ProbeInterval < time.Millisecond || o.ProbeInterval > 10*time.Second {
 		bad("--probe-interval %s: want [1ms, 10s]", o.ProbeInterval)
@@ -193,7 +198,7 @@ func (o Options) Validate() error {
 		}
 	}
 	if o.ScalerService != "" {
-		if _, _, _, err := parseServiceRef(o.ScalerService); err != nil {
+		if _, _, _, err := control.ParseServiceRef(o.ScalerService); err != nil {
 			bad("--scaler-service: %w", err)
 		}
 		if len(o.ScalerAddresses) > 0 {
@@ -232,14 +237,4 @@ func (o Options) Validate() error {
 	}
 	problems = append(problems, o.Tracing.Validate(), o.Log.Validate())
 	return errors.Join(problems...)
-}
-
-// parseServiceRef splits "namespace/name:port" (port a number or a name).
-func parseServiceRef(s string) (ns, name, port string, err error) {
-	ref, port, ok := strings.Cut(s, ":")
-	ns, name, ok2 := strings.Cut(ref, "/")
-	if !ok || !ok2 || ns == "" || name == "" || port == "" {
-		return "", "", "", fmt.Errorf("%q: want namespace/name:port", s)
-	}
-	return ns, name, port, nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ebb-dev/ebb/activator"
+	"github.com/ebb-dev/ebb/activator/proxy"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/tracing/tracingtest"
 	"github.com/ebb-dev/ebb/scaler"
@@ -69,7 +69,7 @@ func TestColdStartTrace(t *testing.T) {
 		}
 		_, hold := byName["ebb-activator hold"]
 		_, side := byName["ebb-sidecar"]
-		return hold && side && len(spans) >= 2+len(activator.PhaseNames), nil
+		return hold && side && len(spans) >= 2+len(proxy.PhaseNames), nil
 	})
 	for _, s := range spans {
 		t.Logf("span %-20s %-14s %8v  parent %s", s.Name, s.Service, s.Duration().Round(time.Microsecond), s.ParentSpanID)
@@ -86,7 +86,7 @@ func TestColdStartTrace(t *testing.T) {
 	}
 	var sum time.Duration
 	phases := map[string]time.Duration{}
-	for _, name := range activator.PhaseNames {
+	for _, name := range proxy.PhaseNames {
 		s, ok := byName[name]
 		if !ok || s.ParentSpanID != hold.SpanID {
 			t.Errorf("phase span %s: %+v, want a child of the hold span", name, s)
@@ -123,8 +123,8 @@ func TestColdStartTrace(t *testing.T) {
 			t.Errorf("status phase %s %v, trace span %v", p.Name, p.Duration.Duration, phases[p.Name])
 		}
 	}
-	if !slices.Equal(names, activator.PhaseNames[:]) || !within10(last.Total.Duration, took) {
-		t.Errorf("status.lastColdStart phases %v total %v, want %v adding up to about %v", names, last.Total.Duration, activator.PhaseNames, took)
+	if !slices.Equal(names, proxy.PhaseNames[:]) || !within10(last.Total.Duration, took) {
+		t.Errorf("status.lastColdStart phases %v total %v, want %v adding up to about %v", names, last.Total.Duration, proxy.PhaseNames, took)
 	}
 }
 

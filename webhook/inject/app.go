@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/ebb-dev/ebb/activator/routing"
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // Annotation names, each prefixed with "<suffix>/" (groupsuffix.Names.Key).

@@ -24,9 +24,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/ebb-dev/ebb/activator"
-	"github.com/ebb-dev/ebb/activator/routing"
+	"github.com/ebb-dev/ebb/activator/proxy"
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // childConfig is what the activator child serves.
@@ -37,10 +37,10 @@ type childConfig struct {
 }
 
 type childApp struct {
-	Name      string               `json:"name"`
-	Host      string               `json:"host"`
-	QueueSize int                  `json:"queueSize"`
-	Endpoints []activator.Endpoint `json:"endpoints"`
+	Name      string           `json:"name"`
+	Host      string           `json:"host"`
+	QueueSize int              `json:"queueSize"`
+	Endpoints []proxy.Endpoint `json:"endpoints"`
 }
 
 func main() {
@@ -84,11 +84,11 @@ func child(path string) error {
 		return err
 	}
 	push.SetAddresses([]string{cfg.Scaler})
-	dp := activator.NewRouter(activator.RouterOptions{Pusher: push, MaxHeld: 50000, ColdStartTimeout: 5 * time.Minute})
-	var routes []routing.Route[activator.AppConfig]
+	dp := proxy.NewRouter(proxy.RouterOptions{Pusher: push, MaxHeld: 50000, ColdStartTimeout: 5 * time.Minute})
+	var routes []routing.Route[proxy.AppConfig]
 	for _, a := range cfg.Apps {
 		k := routing.Key{Namespace: "bench", Name: a.Name}
-		routes = append(routes, routing.Route[activator.AppConfig]{Key: k, Hosts: []string{a.Host}, Value: activator.AppConfig{QueueSize: a.QueueSize}})
+		routes = append(routes, routing.Route[proxy.AppConfig]{Key: k, Hosts: []string{a.Host}, Value: proxy.AppConfig{QueueSize: a.QueueSize}})
 		dp.SetEndpoints(k, a.Endpoints)
 	}
 	dp.SetRoutes(routes, nil)
@@ -109,7 +109,7 @@ func child(path string) error {
 	}
 	// As Run serves it: warm HTTP/1.1 by the engine, the rest by net/http.
 	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
-	return activator.NewServer(dp, srv).Serve(ln)
+	return proxy.NewServer(dp, srv).Serve(ln)
 }
 
 type procs struct {
@@ -227,14 +227,14 @@ func run(duration time.Duration, rounds, trials, wakes, hold, base int) error {
 		return err
 	}
 	cfg := childConfig{Listen: addr(actPort), Scaler: addr(pushPort), Apps: []childApp{
-		{Name: "warm", Host: "warm.test", Endpoints: []activator.Endpoint{{Addr: addr(appPort), Ready: true}}},
+		{Name: "warm", Host: "warm.test", Endpoints: []proxy.Endpoint{{Addr: addr(appPort), Ready: true}}},
 		{Name: "cold", Host: "cold.test", QueueSize: hold},
 	}}
 	probeBase := base + 10
 	for i := range trials {
 		d, a := probeBase+3*i, probeBase+3*i+1
 		cfg.Apps = append(cfg.Apps, childApp{Name: fmt.Sprintf("probe-%d", i), Host: fmt.Sprintf("probe-%d.test", i),
-			Endpoints: []activator.Endpoint{{Addr: addr(d), AdminAddr: addr(a)}}})
+			Endpoints: []proxy.Endpoint{{Addr: addr(d), AdminAddr: addr(a)}}})
 	}
 	cfgFile, err := os.CreateTemp("", "ebb-bench-activator-*.json")
 	if err != nil {

@@ -1,4 +1,4 @@
-package activator
+package proxy
 
 import (
 	"context"
@@ -115,7 +115,7 @@ func TestColdStartPhasesAndTrace(t *testing.T) {
 		done <- answer{code, body, time.Since(start)}
 	}()
 	waitHeld(t, dp, 1)
-	dp.scalerTold("shop", "hello", 1, time.Now())
+	dp.ScalerTold("shop", "hello", 1, time.Now())
 	time.Sleep(100 * time.Millisecond) // the four watch steps
 	dp.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
 	a := <-done

@@ -1,4 +1,4 @@
-package activator
+package proxy
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ebb-dev/ebb/activator/routing"
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // recorder is a Pusher that keeps every value pushed.

@@ -1,4 +1,4 @@
-package activator
+package proxy
 
 import (
 	"fmt"

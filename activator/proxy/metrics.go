@@ -1,4 +1,4 @@
-package activator
+package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +13,6 @@ const (
 	metricQueueFull      = "ebb_activator_queue_full_total"
 	metricRequests       = "ebb_activator_requests_total"
 	metricRoutes         = "ebb_activator_routes"
-	metricHandoffSlices  = "ebb_activator_handoff_slices"
 )
 
 // Metrics are the activator's Prometheus metrics, registered on one registry.
@@ -24,7 +23,6 @@ type Metrics struct {
 	timeouts       *prometheus.CounterVec
 	queueFull      *prometheus.CounterVec
 	routes         prometheus.Gauge
-	handoff        prometheus.Gauge
 
 	proxied, released, notFound, rejected, timedOut, canceled, placeholder prometheus.Counter
 }
@@ -40,7 +38,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		timeouts:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricTimeouts, Help: "Held requests answered 504 after the cold-start timeout, per app."}, appLabels),
 		queueFull:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricQueueFull, Help: "Requests answered 503 because the app's hold queue or the global cap was full, per app."}, appLabels),
 		routes:         prometheus.NewGauge(prometheus.GaugeOpts{Name: metricRoutes, Help: "AppRoutes in the routing table this replica serves."}),
-		handoff:        prometheus.NewGauge(prometheus.GaugeOpts{Name: metricHandoffSlices, Help: "Hand-off EndpointSlices published (on the leader)."}),
 	}
 	m.proxied = requests.WithLabelValues("proxied")
 	m.released = requests.WithLabelValues("released")
@@ -49,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.timedOut = requests.WithLabelValues("timeout")
 	m.canceled = requests.WithLabelValues("canceled")
 	m.placeholder = requests.WithLabelValues("placeholder")
-	reg.MustRegister(m.held, m.coldStart, m.coldStartPhase, m.timeouts, m.queueFull, m.routes, m.handoff, requests)
+	reg.MustRegister(m.held, m.coldStart, m.coldStartPhase, m.timeouts, m.queueFull, m.routes, requests)
 	return m
 }
 

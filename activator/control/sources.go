@@ -1,4 +1,4 @@
-package activator
+package control
 
 import (
 	"context"
@@ -21,9 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/ebb-dev/ebb/activator/routing"
+	"github.com/ebb-dev/ebb/activator/proxy"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // PlaceholderAnnotation (<suffix>/placeholder: "true" on an AppRoute, which
@@ -40,10 +41,10 @@ const byService = "service"
 // controller of every replica (see Reconcile); the elected replica's
 // controllers read the same cache through it.
 type sources struct {
-	opts   Options
+	cfg    Config
 	names  groupsuffix.Names
 	log    logr.Logger
-	router *Router
+	router Table
 	cache  client.Reader // the manager's cache
 	api    client.Reader // the API server, for the full re-list
 
@@ -72,7 +73,7 @@ func (s *sources) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now := time.Now(); !now.Before(s.nextList) {
-		s.nextList = now.Add(s.opts.Resync)
+		s.nextList = now.Add(s.cfg.Resync)
 		s.relist(ctx)
 	} else {
 		s.rebuild(ctx, s.cachedRoutes(ctx))
@@ -100,7 +101,7 @@ func (s *sources) relist(ctx context.Context) {
 // three resync periods.
 func (s *sources) synced() bool {
 	last := s.lastList.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < 3*s.opts.Resync
+	return last != 0 && time.Since(time.Unix(0, last)) < 3*s.cfg.Resync
 }
 
 // cachedRoutes lists the AppRoutes in the cache. They are the cache's own
@@ -157,12 +158,12 @@ func (s *sources) slicesOf(ctx context.Context, ns, name string) []discoveryv1.E
 // activatorPods lists this instance's activator pods (the cache holds only
 // those): read only.
 func (s *sources) activatorPods(ctx context.Context) ([]corev1.Pod, error) {
-	sel, err := labels.Parse(s.opts.ActivatorSelector)
+	sel, err := labels.Parse(s.cfg.ActivatorSelector)
 	if err != nil {
 		return nil, fmt.Errorf("--activator-selector: %w", err)
 	}
 	var list corev1.PodList
-	if err := s.cache.List(ctx, &list, client.InNamespace(s.opts.PodNamespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := s.cache.List(ctx, &list, client.InNamespace(s.cfg.PodNamespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list activator pods: %w", err)
 	}
 	return list.Items, nil
@@ -190,18 +191,18 @@ func isHandoff(sl *discoveryv1.EndpointSlice) bool {
 }
 
 func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRoute) {
-	table := make([]routing.Route[AppConfig], 0, len(routes))
+	table := make([]routing.Route[proxy.AppConfig], 0, len(routes))
 	type appEps struct {
 		key routing.Key
-		eps []Endpoint
+		eps []proxy.Endpoint
 	}
 	var endpoints []appEps
 	for _, r := range routes {
 		key := routing.Key{Namespace: r.Namespace, Name: r.Name}
-		rt := routing.Route[AppConfig]{
+		rt := routing.Route[proxy.AppConfig]{
 			Key: key, Generation: r.Generation, Created: r.CreationTimestamp.Time,
 			Hosts: r.Spec.Hosts, PathPrefixes: r.Spec.PathPrefixes, Service: r.Spec.Service.Name,
-			Value: AppConfig{QueueSize: int(r.Spec.QueueSize), Placeholder: r.Annotations[s.names.Key(PlaceholderAnnotation)] == "true"},
+			Value: proxy.AppConfig{QueueSize: int(r.Spec.QueueSize), Placeholder: r.Annotations[s.names.Key(PlaceholderAnnotation)] == "true"},
 		}
 		if r.Spec.ColdStartTimeout != nil {
 			rt.Value.ColdStartTimeout = r.Spec.ColdStartTimeout.Duration
@@ -209,7 +210,7 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		if r.Spec.ScaleTargetRef.Kind == "Deployment" {
 			rt.Value.Deployment = r.Spec.ScaleTargetRef.Name
 		}
-		var eps []Endpoint
+		var eps []proxy.Endpoint
 		if svc := s.service(ctx, r.Namespace, r.Spec.Service.Name); svc != nil && r.Spec.Service.Name != "" {
 			rt.ClusterIPs = svc.Spec.ClusterIPs
 			eps = s.endpoints(ctx, svc, routePorts(svc, r.Spec.Service.Port))
@@ -223,18 +224,18 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		s.router.SetEndpoints(e.key, e.eps)
 	}
 	s.router.SetRoutes(table, s.domainClaims(ctx))
-	if s.onScalers != nil && s.opts.ScalerService != "" {
+	if s.onScalers != nil && s.cfg.ScalerService != "" {
 		s.onScalers(s.scalerAddresses(ctx))
 	}
 }
 
 // endpoints lists the app endpoints of svc behind the first of ports (the
 // sidecar's data port), leaving out every activator's hand-off slices.
-func (s *sources) endpoints(ctx context.Context, svc *corev1.Service, ports []corev1.ServicePort) []Endpoint {
+func (s *sources) endpoints(ctx context.Context, svc *corev1.Service, ports []corev1.ServicePort) []proxy.Endpoint {
 	if len(ports) == 0 {
 		return nil
 	}
-	var out []Endpoint
+	var out []proxy.Endpoint
 	seen := map[string]bool{}
 	sls := s.slicesOf(ctx, svc.Namespace, svc.Name)
 	for i := range sls {
@@ -264,20 +265,20 @@ func (s *sources) endpoints(ctx context.Context, svc *corev1.Service, ports []co
 			if terminating {
 				continue // a draining pod takes no new request
 			}
-			out = append(out, Endpoint{
+			out = append(out, proxy.Endpoint{
 				Addr:      addr,
-				AdminAddr: net.JoinHostPort(e.Addresses[0], strconv.Itoa(s.opts.SidecarAdminPort)),
+				AdminAddr: net.JoinHostPort(e.Addresses[0], strconv.Itoa(s.cfg.SidecarAdminPort)),
 				Ready:     ptr.Deref(e.Conditions.Ready, true),
 			})
 		}
 	}
-	slices.SortFunc(out, func(a, b Endpoint) int { return strings.Compare(a.Addr, b.Addr) })
+	slices.SortFunc(out, func(a, b proxy.Endpoint) int { return strings.Compare(a.Addr, b.Addr) })
 	return out
 }
 
 // scalerAddresses are the ready endpoints of --scaler-service.
 func (s *sources) scalerAddresses(ctx context.Context) []string {
-	ns, name, port, _ := parseServiceRef(s.opts.ScalerService)
+	ns, name, port, _ := ParseServiceRef(s.cfg.ScalerService)
 	var out []string
 	for _, sl := range s.slicesOf(ctx, ns, name) {
 		if isHandoff(&sl) {

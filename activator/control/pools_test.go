@@ -1,4 +1,4 @@
-package activator
+package control
 
 import (
 	"strings"
@@ -101,7 +101,7 @@ func TestBinderKeepsTheLastGoodPools(t *testing.T) {
 		Data: map[string]string{PoolsKey: `[{"name": "a", "routeSelector": {"matchLabels": {"tier": "a"}}}, {"name": "default"}]`}}
 	route := &routingv1alpha1.AppRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "hello", Labels: map[string]string{"tier": "a"}}}
 
-	b := &binder{opts: Options{PodNamespace: "ebb-system", PoolsConfigMap: "pools", Pool: DefaultPool}, cache: fake.NewClientBuilder().Build()}
+	b := &binder{cfg: Config{PodNamespace: "ebb-system", PoolsConfigMap: "pools", Pool: DefaultPool}, cache: fake.NewClientBuilder().Build()}
 	if ps, err := b.current(ctx); len(ps) != 0 || err == nil {
 		t.Errorf("no ConfigMap: pools %v, error %v; want none and an error", ps, err)
 	}
@@ -121,7 +121,7 @@ func TestBinderKeepsTheLastGoodPools(t *testing.T) {
 		t.Errorf("a broken edit: pools %v, error %v; want the 2 read before and the error", ps, err)
 	}
 
-	alone := &binder{opts: Options{Pool: "gold"}}
+	alone := &binder{cfg: Config{Pool: "gold"}}
 	if pool, _ := alone.admit(ctx, route); pool != "gold" {
 		t.Errorf("without --pools-configmap: admitted by %q, want the replica's own pool", pool)
 	}

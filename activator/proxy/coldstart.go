@@ -1,4 +1,4 @@
-package activator
+package proxy
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ebb-dev/ebb/activator/routing"
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // The marks of a cold start, in the order they happen: each phase runs
@@ -23,6 +23,14 @@ const (
 	markReady            // its sidecar answered ready (or its endpoint turned ready)
 	markFirstByte        // the first response byte forwarded to a held request
 	nMarks
+)
+
+// The marks a ColdStartWatcher reports.
+const (
+	MarkScaled    = markScaled
+	MarkCreated   = markCreated
+	MarkScheduled = markScheduled
+	MarkStarted   = markStarted
 )
 
 // PhaseNames name the phases of a cold start, the phase ending at mark i
@@ -134,9 +142,9 @@ func (a *app) endColdStart() {
 	a.cs = nil
 }
 
-// scalerTold notes that a scaler was sent app's held count (holdpush's
+// ScalerTold notes that a scaler was sent app's held count (holdpush's
 // Sent callback).
-func (d *Router) scalerTold(namespace, name string, held int64, t time.Time) {
+func (d *Router) ScalerTold(namespace, name string, held int64, t time.Time) {
 	if held <= 0 {
 		return
 	}

@@ -1,4 +1,4 @@
-package activator
+package control
 
 import (
 	"net"
@@ -47,7 +47,7 @@ func TestReleaseIfHolderCannotServe(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{PodName: "act-b", PodNamespace: "ebb-system", Pool: DefaultPool}
+	c := Config{Names: names, PodName: "act-b", PodNamespace: "ebb-system", Pool: DefaultPool}
 	pod := func(name string, ready bool) *corev1.Pod {
 		status := corev1.ConditionFalse
 		if ready {
@@ -81,7 +81,7 @@ func TestReleaseIfHolderCannotServe(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer leases.Delete(t.Context(), lease.Name, metav1.DeleteOptions{})
-			l := &leadership{kube: kube, opts: opts, names: names, log: logr.Discard(), retry: make(chan struct{}, 1)}
+			l := &leadership{kube: kube, cfg: c, log: logr.Discard(), retry: make(chan struct{}, 1)}
 			l.releaseIfHolderCannotServe(t.Context(), tc.obj, tc.deleted)
 			_, err := leases.Get(t.Context(), lease.Name, metav1.GetOptions{})
 			if gone := apierrors.IsNotFound(err); gone != tc.gone || (err != nil && !gone) {

@@ -1,4 +1,4 @@
-package activator
+package control
 
 import (
 	"context"
@@ -128,7 +128,7 @@ func (p compiledPool) describe() string {
 // namespaces in the cache; without a ConfigMap this replica's pool admits
 // every route (one pool, as before pools).
 type binder struct {
-	opts  Options
+	cfg   Config
 	cache client.Reader // the manager's cache: the ConfigMap, Namespaces
 
 	mu      sync.Mutex
@@ -140,15 +140,15 @@ type binder struct {
 // current returns the pools in force: those of the ConfigMap, the last good
 // ones while it is broken (with its error), or this pool alone without one.
 func (b *binder) current(ctx context.Context) (pools, error) {
-	if b.opts.PoolsConfigMap == "" {
-		return pools{{name: b.opts.Pool}}, nil
+	if b.cfg.PoolsConfigMap == "" {
+		return pools{{name: b.cfg.Pool}}, nil
 	}
 	var cm corev1.ConfigMap
 	// Read only, on every route's binding: no deep copy.
-	if err := b.cache.Get(ctx, types.NamespacedName{Namespace: b.opts.PodNamespace, Name: b.opts.PoolsConfigMap}, &cm, client.UnsafeDisableDeepCopy); err != nil {
+	if err := b.cache.Get(ctx, types.NamespacedName{Namespace: b.cfg.PodNamespace, Name: b.cfg.PoolsConfigMap}, &cm, client.UnsafeDisableDeepCopy); err != nil {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return b.pools, fmt.Errorf("pools ConfigMap %s/%s: %w", b.opts.PodNamespace, b.opts.PoolsConfigMap, err)
+		return b.pools, fmt.Errorf("pools ConfigMap %s/%s: %w", b.cfg.PodNamespace, b.cfg.PoolsConfigMap, err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -1,4 +1,4 @@
-package activator
+package control
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -41,13 +42,13 @@ const RouteLabel = "approute"
 // that points at the ready activator pods; it removes it once the app has a
 // ready endpoint. It only ever touches slices managed by activator.<suffix>.
 type handoff struct {
-	opts    Options
-	names   groupsuffix.Names
-	log     logr.Logger
-	kube    kubernetes.Interface
-	src     *sources // and its cache: Deployments, this pool's activator pods
-	bind    *binder
-	metrics *Metrics
+	cfg       Config
+	names     groupsuffix.Names
+	log       logr.Logger
+	kube      kubernetes.Interface
+	src       *sources // and its cache: Deployments, this pool's activator pods
+	bind      *binder
+	published prometheus.Gauge // MetricHandoffSlices
 
 	adminPort int // every replica's
 
@@ -105,7 +106,7 @@ func (h *handoff) watchPeers(ctx context.Context) error {
 		}
 		for i := range pods {
 			p := &pods[i]
-			if p.Name == h.opts.PodName || p.Status.PodIP == "" || !podReady(p) {
+			if p.Name == h.cfg.PodName || p.Status.PodIP == "" || !podReady(p) {
 				delete(h.refusals, p.Name)
 				continue
 			}
@@ -189,7 +190,7 @@ func (h *handoff) reconcileAll(ctx context.Context) error {
 		}
 	}
 	h.handingOver = over
-	h.metrics.handoff.Set(float64(published))
+	h.published.Set(float64(published))
 	return errors.Join(errs...)
 }
 
@@ -210,10 +211,10 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 	if !h.needsHandoff(ctx, r, svc) {
 		return "", nil
 	}
-	if pool, _ := h.bind.admit(ctx, r); pool != h.opts.Pool {
+	if pool, _ := h.bind.admit(ctx, r); pool != h.cfg.Pool {
 		return "", nil
 	}
-	name := poolSliceName(svc.Name, h.names, h.opts.Pool)
+	name := poolSliceName(svc.Name, h.names, h.cfg.Pool)
 	want, err := h.desired(ctx, r, svc, ports, name)
 	if err != nil {
 		return name, err
@@ -239,7 +240,7 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 // this is the default pool.
 func (h *handoff) ownSlice(sl *discoveryv1.EndpointSlice) bool {
 	pool, ok := sl.Labels[h.names.Key(PoolLabel)]
-	return pool == h.opts.Pool || (!ok && h.opts.Pool == DefaultPool)
+	return pool == h.cfg.Pool || (!ok && h.cfg.Pool == DefaultPool)
 }
 
 // movedTo returns the pool that now admits the route of sl, this pool's
@@ -250,7 +251,7 @@ func (h *handoff) movedTo(ctx context.Context, sl *discoveryv1.EndpointSlice) st
 		return ""
 	}
 	pool, _ := h.bind.admit(ctx, &r)
-	if pool == "" || pool == h.opts.Pool {
+	if pool == "" || pool == h.cfg.Pool {
 		return ""
 	}
 	svc := h.src.service(ctx, r.Namespace, r.Spec.Service.Name)
@@ -313,7 +314,7 @@ func (h *handoff) desired(ctx context.Context, r *routingv1alpha1.AppRoute, svc 
 				discoveryv1.LabelServiceName: svc.Name,
 				discoveryv1.LabelManagedBy:   h.names.EndpointSliceManagedBy(),
 				h.names.Key(RouteLabel):      r.Name,
-				h.names.Key(PoolLabel):       h.opts.Pool,
+				h.names.Key(PoolLabel):       h.cfg.Pool,
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: routingv1alpha1.GroupVersion(h.names.Group()).String(), Kind: routingv1alpha1.Kind,
@@ -324,7 +325,7 @@ func (h *handoff) desired(ctx context.Context, r *routingv1alpha1.AppRoute, svc 
 		Endpoints:   []discoveryv1.Endpoint{},
 	}
 	for _, p := range ports {
-		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &p.Name, Port: ptr.To(int32(h.opts.HandoffPort)), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: p.AppProtocol})
+		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &p.Name, Port: ptr.To(int32(h.cfg.HandoffPort)), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: p.AppProtocol})
 	}
 	pods, err := h.src.activatorPods(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package activator
+package control
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/ebb-dev/ebb/activator/routing"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // A DomainClaim stays in force when a later list of the claims fails: a

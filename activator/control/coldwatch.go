@@ -1,4 +1,4 @@
-package activator
+package control
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/ebb-dev/ebb/activator/proxy"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 )
@@ -40,7 +41,7 @@ func (w *apiWatcher) Watch(ctx context.Context, namespace, app, deployment strin
 			return w.kube.AppsV1().Deployments(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", deployment).String()})
 		}, func(obj any, now time.Time) {
 			if d, ok := obj.(*appsv1.Deployment); ok && d.Spec.Replicas != nil && *d.Spec.Replicas > 0 {
-				mark(markScaled, now)
+				mark(proxy.MarkScaled, now)
 			}
 		})
 	}
@@ -59,17 +60,17 @@ func (w *apiWatcher) Watch(ctx context.Context, namespace, app, deployment strin
 			fresh := !first || !p.CreationTimestamp.Time.Before(since.Truncate(time.Second))
 			known[p.Name] = fresh
 			if fresh {
-				mark(markCreated, now)
+				mark(proxy.MarkCreated, now)
 			}
 		}
 		if !known[p.Name] {
 			return
 		}
 		if p.Spec.NodeName != "" {
-			mark(markScheduled, now)
+			mark(proxy.MarkScheduled, now)
 		}
 		if containersStarted(p) {
-			mark(markStarted, now)
+			mark(proxy.MarkStarted, now)
 		}
 	}, func() { first = false })
 }
@@ -143,7 +144,7 @@ type coldStartStatus struct {
 // ColdStartFieldManager owns status.lastColdStart.
 const ColdStartFieldManager = "ebb-activator-coldstart"
 
-func (c *coldStartStatus) record(rec ColdStartRecord) {
+func (c *coldStartStatus) record(rec proxy.ColdStartRecord) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -155,10 +156,10 @@ func (c *coldStartStatus) record(rec ColdStartRecord) {
 	}()
 }
 
-func (c *coldStartStatus) apply(ctx context.Context, rec ColdStartRecord) error {
+func (c *coldStartStatus) apply(ctx context.Context, rec proxy.ColdStartRecord) error {
 	cs := routingv1alpha1.ColdStart{Began: metav1.NewMicroTime(rec.Began), Total: metav1.Duration{Duration: rec.Total()}, Activator: c.pod}
 	for i, d := range rec.Phases {
-		cs.Phases = append(cs.Phases, routingv1alpha1.ColdStartPhase{Name: PhaseNames[i], Duration: metav1.Duration{Duration: d}})
+		cs.Phases = append(cs.Phases, routingv1alpha1.ColdStartPhase{Name: proxy.PhaseNames[i], Duration: metav1.Duration{Duration: d}})
 	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": routingv1alpha1.GroupVersion(c.names.Group()).String(),

@@ -1,4 +1,4 @@
-package activator
+package proxy
 
 import (
 	"cmp"
@@ -20,9 +20,9 @@ import (
 	otelprop "go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ebb-dev/ebb/activator/routing"
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
+	"github.com/ebb-dev/ebb/internal/routing"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -55,6 +55,14 @@ type Endpoint struct {
 type Pusher interface {
 	Set(app holdpush.App, held int64)
 }
+
+// Defaults of RouterOptions.
+const (
+	DefaultQueueSize        = 1000
+	DefaultMaxHeld          = 20000
+	DefaultColdStartTimeout = 2 * time.Minute
+	DefaultProbeInterval    = 10 * time.Millisecond
+)
 
 // RouterOptions configure a Router.
 type RouterOptions struct {

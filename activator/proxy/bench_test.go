@@ -1,4 +1,4 @@
-package activator
+package proxy
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ebb-dev/ebb/activator/routing"
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // discard is a ResponseWriter that keeps nothing, so that the benchmark

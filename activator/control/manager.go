@@ -1,0 +1,84 @@
+package control
+
+import (
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// newManager returns the controller-runtime manager whose cache and
+// controllers every loop of the activator runs in: AppRoutes of the
+// instance's group, Services, EndpointSlices and Deployments, and only this
+// instance's activator pods. The manager serves no metrics or probes of its
+// own (the admin port does) and elects no leader (leadership does).
+func newManager(cfg *rest.Config, c Config, log logr.Logger) (ctrl.Manager, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := routingv1alpha1.AddToScheme(scheme, c.Names.Group()); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	sel, err := labels.Parse(c.ActivatorSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--activator-selector: %w", err)
+	}
+	byObject := map[client.Object]crcache.ByObject{
+		&corev1.Pod{}: {Namespaces: map[string]crcache.Config{c.PodNamespace: {}}, Label: sel},
+	}
+	if c.PoolsConfigMap != "" {
+		byObject[&corev1.ConfigMap{}] = crcache.ByObject{Namespaces: map[string]crcache.Config{c.PodNamespace: {}},
+			Field: fields.OneTermEqualSelector("metadata.name", c.PoolsConfigMap)}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: crcache.Options{
+			SyncPeriod: ptr.To(10 * time.Minute),
+			ByObject:   byObject,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controller manager: %w", err)
+	}
+	ctx := context.Background()
+	if err := indexSlicesByService(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("index EndpointSlices: %w", err)
+	}
+	// Informers for every kind a loop reads, so the first cache sync waits
+	// for all of them.
+	for _, obj := range append([]client.Object{&routingv1alpha1.AppRoute{}, &routingv1alpha1.DomainClaim{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(c)...) {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watch %T: %w", obj, err)
+		}
+	}
+	return mgr, nil
+}
+
+// poolObjects are the kinds the pools' binding reads: the pools ConfigMap
+// and Namespaces (for namespace selectors), when pools are configured.
+func poolObjects(c Config) []client.Object {
+	if c.PoolsConfigMap == "" {
+		return nil
+	}
+	return []client.Object{&corev1.ConfigMap{}, &corev1.Namespace{}}
+}

@@ -1,0 +1,18 @@
+// Package proxy is the activator's request path: Server (the data port:
+// warm HTTP/1.1 through internal/http1, everything else handed to
+// net/http) → Router (routes by Host and path with package
+// internal/routing; proxies to a ready endpoint through its upstream, or
+// holds) → parking (held HTTP/1.x connections, hijacked). Its routing
+// table and endpoints are set from outside (SetRoutes, SetEndpoints: the
+// activator's control loops); it makes no API request of its own except
+// through the ColdStartWatcher it is given.
+//
+// Invariants:
+//   - A held request costs no goroutine: its head is kept as bytes, its
+//     deadline in one heap, its hang-up seen by one epoll set; its body is
+//     never read while held.
+//   - Per-app and global hold limits answer 503 with Retry-After, the
+//     cold-start timeout 504; a client that leaves frees its slot at once.
+//   - An activator never forwards to an activator (the control loops leave
+//     hand-off slices out of every endpoint set).
+package proxy
