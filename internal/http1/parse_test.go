@@ -163,3 +163,49 @@ func TestReadRequestKeepRawAndForwarded(t *testing.T) {
 		t.Errorf("host and target: %q", got)
 	}
 }
+
+// TestReadRequestRefusals pins the status and message of every refusal of
+// a request head, each from the part of the parser that makes it.
+func TestReadRequestRefusals(t *testing.T) {
+	tests := []struct {
+		raw  string
+		code int
+		msg  string
+	}{
+		{"\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n", 400, "empty request line"},
+		{"GET /HTTP/1.1\r\nHost: h\r\n\r\n", 400, "malformed request line"},
+		{" GET / HTTP/1.1\r\nHost: h\r\n\r\n", 400, "malformed request line"},
+		{"GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400, "malformed request line"},
+		{"G(T / HTTP/1.1\r\nHost: h\r\n\r\n", 400, "malformed request line"},
+		{"GET / HTTP/1.10\r\nHost: h\r\n\r\n", 400, "malformed request line"},
+		{"GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505, "HTTP version not supported"},
+		{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 0, "h2c prior knowledge"},
+		{"CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n", 405, "CONNECT is not supported by ebb-test"},
+		{"GET /a%zz HTTP/1.1\r\nHost: h\r\n\r\n", 400, "malformed request target"},
+		{"GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", 400, "obsolete line folding in header"},
+		{"GET / HTTP/1.1\r\nHost: h\r\nX y: a\r\n\r\n", 400, "malformed header line"},
+		{"GET / HTTP/1.1\r\nHost: h\r\n: a\r\n\r\n", 400, "malformed header line"},
+		{"GET / HTTP/1.1\r\nHost: h\r\nX: a\x01b\r\n\r\n", 400, "control character in a header value"},
+		{"GET / HTTP/1.1\r\nHost: h\r\nContent_Length: 0\r\n\r\n", 400, "a framing header spelt with _"},
+		{"GET / HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n", 400, "more than one Host header"},
+		{"GET / HTTP/1.1\r\nHost: h/x\r\n\r\n", 400, "malformed Host header"},
+		{"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 01\r\n\r\nx", 400, "invalid Content-Length"},
+		{"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "more than one Transfer-Encoding header"},
+		{"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported Transfer-Encoding (only chunked is)"},
+		{"GET / HTTP/1.1\r\n\r\n", 400, "missing Host header"},
+		{"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n", 400, "both Content-Length and Transfer-Encoding"},
+		{"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "Transfer-Encoding in an HTTP/1.0 request"},
+		{"GET / HTTP/1.1\r\nHost: h\r\nX: " + strings.Repeat("x", 200) + "\r\n\r\n", 431, "request head too large"},
+		{"GET / HTTP/1.1\r\nHost: h\r\n", 0, "EOF"},
+	}
+	for _, tt := range tests {
+		_, _, code, err := parseHead(tt.raw, 128)
+		if err == nil {
+			t.Errorf("%q: accepted", tt.raw)
+			continue
+		}
+		if code != tt.code || err.Error() != tt.msg {
+			t.Errorf("%q: %d %q, want %d %q", tt.raw, code, err, tt.code, tt.msg)
+		}
+	}
+}

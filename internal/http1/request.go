@@ -31,9 +31,9 @@ type badRequest string
 
 func (e badRequest) Error() string { return string(e) }
 
-// readRequest parses a request head into cc.req and writes the head to send to
-// the app into cc.out. On error it returns the status to answer with (0 to
-// just close).
+// readRequest parses a request head into cc.req and writes the head to send
+// to the app into cc.out. On error it returns the status to answer with (0
+// to just close).
 //
 // The head for the app is built, not copied: the request line from the
 // parsed method, target and version; the header lines that passed every
@@ -43,55 +43,88 @@ func (e badRequest) Error() string { return string(e) }
 // applies to the body (Content-Length or Transfer-Encoding: chunked, from
 // the parsed values), X-Forwarded-For (the client's values, then its
 // address; the other forwarding headers pass as received: forwarded.go)
-// and, for an upgrade, Connection: Upgrade. Whatever the client's Connection header names, the app frames
-// the body exactly as the engine does.
+// and, for an upgrade, Connection: Upgrade. Whatever the client's
+// Connection header names, the app frames the body exactly as the engine
+// does.
+//
+// Its parts, in order: readRequestLine, parseRequestLine, readHeaderFields
+// (splitFieldLine and headerField for each line), decideFraming and
+// appendGeneratedFields. Each part's first failure ends the head.
 func (cc *Conn) readRequest() (int, error) {
-	rq := &cc.req.rq
-	budget := cc.o.MaxHeaderBytes
-	rq.cl = -1
+	budget := cc.o.MaxHeaderBytes // what is left of the head's size limit
+	cc.req.rq.cl = -1
+	line, code, err := cc.readRequestLine(&budget)
+	if err != nil {
+		return code, err
+	}
+	out, code, err := cc.parseRequestLine(line)
+	if err != nil {
+		return code, err
+	}
+	out, code, err = cc.readHeaderFields(out, &budget)
+	if err != nil {
+		return code, err
+	}
+	if code, err := cc.decideFraming(); err != nil {
+		return code, err
+	}
+	cc.out = cc.appendGeneratedFields(out)
+	return 0, nil
+}
+
+// readRequestLine reads the request line, after at most maxBlankLines
+// empty lines, and starts the raw head with it (Options.KeepRaw).
+func (cc *Conn) readRequestLine(budget *int) ([]byte, int, error) {
 	var line []byte
 	var err error
-	keepRaw := cc.o.KeepRaw
 	for blank := 0; ; blank++ {
-		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
+		line, err = readLine(cc.br, &cc.line, budget, errHeaderTooLarge)
 		if err != nil {
-			return headErrorCode(err), err
+			return nil, headErrorCode(err), err
 		}
 		if len(line) > 0 {
 			break
 		}
 		if blank >= maxBlankLines {
-			return 400, badRequest("empty request line")
+			return nil, 400, badRequest("empty request line")
 		}
 	}
-	if keepRaw {
+	if cc.o.KeepRaw {
 		cc.req.raw = append(cc.req.raw[:0], line...)
 		cc.req.raw = append(cc.req.raw, '\r', '\n')
 	}
+	return line, 0, nil
+}
 
-	// request-line = method SP request-target SP HTTP-version
+// parseRequestLine parses request-line = method SP request-target SP
+// HTTP-version into cc.req (the version, and what the method implies) and
+// returns the request line for the app, written over cc.out's buffer, with
+// the target's place in it noted in cc.req.target. A PRI * HTTP/2.0 line is errH2Preface;
+// CONNECT is refused (405).
+func (cc *Conn) parseRequestLine(line []byte) (out []byte, code int, err error) {
+	rq := &cc.req.rq
 	sp1 := bytes.IndexByte(line, ' ')
 	if sp1 <= 0 {
-		return 400, badRequest("malformed request line")
+		return nil, 400, badRequest("malformed request line")
 	}
 	sp2 := bytes.IndexByte(line[sp1+1:], ' ')
 	if sp2 <= 0 {
-		return 400, badRequest("malformed request line")
+		return nil, 400, badRequest("malformed request line")
 	}
 	sp2 += sp1 + 1
 	method, target, proto := line[:sp1], line[sp1+1:sp2], line[sp2+1:]
 	if !isToken(method) {
-		return 400, badRequest("malformed request line")
+		return nil, 400, badRequest("malformed request line")
 	}
 	major, minor, ok := parseVersion(proto)
 	if !ok {
-		return 400, badRequest("malformed request line")
+		return nil, 400, badRequest("malformed request line")
 	}
 	if major != 1 {
 		if major == 2 && minor == 0 && string(method) == "PRI" && string(target) == "*" {
-			return 0, errH2Preface
+			return nil, 0, errH2Preface
 		}
-		return 505, badRequest("HTTP version not supported")
+		return nil, 505, badRequest("HTTP version not supported")
 	}
 	if minor == 0 {
 		rq.http10 = true
@@ -104,12 +137,12 @@ func (cc *Conn) readRequest() (int, error) {
 		rq.isHead = true
 		rq.idempotent = true
 	case "CONNECT":
-		return 405, badRequest("CONNECT is not supported by " + cc.o.Name)
+		return nil, 405, badRequest("CONNECT is not supported by " + cc.o.Name)
 	}
 	if !validTarget(target) {
-		return 400, badRequest("malformed request target")
+		return nil, 400, badRequest("malformed request target")
 	}
-	out := append(cc.out[:0], method...)
+	out = append(cc.out[:0], method...)
 	out = append(out, ' ')
 	cc.req.target[0] = len(out)
 	out = append(out, target...)
@@ -119,110 +152,159 @@ func (cc *Conn) readRequest() (int, error) {
 	} else {
 		out = append(out, " HTTP/1.1\r\n"...)
 	}
+	return out, 0, nil
+}
 
-	var nte, clDigits int
+// readHeaderFields reads the header lines up to the empty line that ends
+// the head, adds each to the raw head (Options.KeepRaw), checks it
+// (splitFieldLine), takes what the engine needs from it (headerField) and
+// appends it to out unless it is hop-by-hop or framing, which the engine
+// writes itself.
+func (cc *Conn) readHeaderFields(out []byte, budget *int) ([]byte, int, error) {
+	var seen fieldsSeen
 	for {
-		line, err = readLine(cc.br, &cc.line, &budget, errHeaderTooLarge)
+		line, err := readLine(cc.br, &cc.line, budget, errHeaderTooLarge)
 		if err != nil {
 			cc.out = out
-			return headErrorCode(err), err
+			return out, headErrorCode(err), err
 		}
-		if keepRaw {
+		if cc.o.KeepRaw {
 			cc.req.raw = append(cc.req.raw, line...)
 			cc.req.raw = append(cc.req.raw, '\r', '\n')
 		}
 		if len(line) == 0 {
-			break
+			return out, 0, nil
 		}
-		if line[0] == ' ' || line[0] == '\t' {
-			return 400, badRequest("obsolete line folding in header")
+		name, value, err := splitFieldLine(line)
+		if err != nil {
+			return out, 400, err
 		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 || !isToken(line[:colon]) {
-			return 400, badRequest("malformed header line")
-		}
-		name, value := line[:colon], trimOWS(line[colon+1:])
-		if !all(value, &valueChars) {
-			return 400, badRequest("control character in a header value")
-		}
-		if (len(name) == 14 || len(name) == 17) && bytes.IndexByte(name, '_') >= 0 &&
-			(eqFoldDash(name, "content-length") || eqFoldDash(name, "transfer-encoding")) {
-			// Servers that read _ as - (CGI, WSGI) would frame by it.
-			return 400, badRequest("a framing header spelt with _")
-		}
-		drop := false
-		switch len(name) {
-		case 4:
-			if eqFold(name, "host") {
-				if rq.host {
-					return 400, badRequest("more than one Host header")
-				}
-				if !all(value, &hostChars) {
-					return 400, badRequest("malformed Host header")
-				}
-				rq.host = true
-				cc.req.host = append(cc.req.host, value...)
-			}
-		case 7:
-			if eqFold(name, "upgrade") {
-				rq.hasUpgrade = true
-			}
-		case 10:
-			switch {
-			case eqFold(name, "connection"):
-				drop = true
-				closeOpt, upgradeOpt, extra := cc.connectionOptions(value)
-				rq.closeAfter = rq.closeAfter || closeOpt
-				rq.upgrade = rq.upgrade || upgradeOpt
-				rq.extraHop = rq.extraHop || extra
-			case eqFold(name, "keep-alive"):
-				drop = true
-			}
-		case 14:
-			if eqFold(name, "content-length") {
-				drop = true
-				n, ok := parseLength(value)
-				if !ok || (rq.cl >= 0 && (rq.cl != n || len(value) != clDigits)) {
-					// Repeated, it must be repeated as is (net/http's rule).
-					return 400, badRequest("invalid Content-Length")
-				}
-				rq.cl, clDigits = n, len(value)
-			}
-		case 15:
-			if eqFold(name, "x-forwarded-for") {
-				drop = true
-				if len(cc.req.xff) > 0 {
-					cc.req.xff = append(cc.req.xff, ", "...)
-				}
-				cc.req.xff = append(cc.req.xff, value...)
-			}
-		case 16:
-			drop = eqFold(name, "proxy-connection")
-		case 17:
-			switch {
-			case eqFold(name, "transfer-encoding"):
-				drop = true
-				nte++
-				if nte > 1 {
-					return 400, badRequest("more than one Transfer-Encoding header")
-				}
-				if !eqFold(value, "chunked") {
-					return 501, badRequest("unsupported Transfer-Encoding (only chunked is)")
-				}
-				rq.chunked = true
-			}
+		drop, code, err := cc.headerField(name, value, &seen)
+		if err != nil {
+			return out, code, err
 		}
 		if !drop {
 			out = append(out, line...)
 			out = append(out, '\r', '\n')
 		}
 	}
+}
+
+// splitFieldLine splits field-line = field-name ":" OWS field-value OWS
+// and refuses (400) obsolete line folding, a name that is not a token, a
+// control character in the value, and Content-Length or Transfer-Encoding
+// spelt with _ for - (servers that read _ as -, CGI and WSGI, would frame
+// by it).
+func splitFieldLine(line []byte) (name, value []byte, err error) {
+	if line[0] == ' ' || line[0] == '\t' {
+		return nil, nil, badRequest("obsolete line folding in header")
+	}
+	colon := bytes.IndexByte(line, ':')
+	if colon <= 0 || !isToken(line[:colon]) {
+		return nil, nil, badRequest("malformed header line")
+	}
+	name, value = line[:colon], trimOWS(line[colon+1:])
+	if !all(value, &valueChars) {
+		return nil, nil, badRequest("control character in a header value")
+	}
+	if (len(name) == 14 || len(name) == 17) && bytes.IndexByte(name, '_') >= 0 &&
+		(eqFoldDash(name, "content-length") || eqFoldDash(name, "transfer-encoding")) {
+		return nil, nil, badRequest("a framing header spelt with _")
+	}
+	return name, value, nil
+}
+
+// fieldsSeen is what a head's earlier header fields said that a later one
+// must agree with.
+type fieldsSeen struct {
+	te       int // Transfer-Encoding fields
+	clDigits int // length of the Content-Length value (a repeat must be the same)
+}
+
+// headerField takes what the engine needs from one checked header field
+// into cc.req: Host (exactly one, of host characters), Upgrade,
+// Connection's options, Content-Length (repeated only as is, net/http's
+// rule), X-Forwarded-For (joined), Transfer-Encoding (once, chunked only:
+// 501 for any other coding). drop reports a field the head for the app
+// does not carry as received (hop-by-hop, framing, X-Forwarded-For).
+func (cc *Conn) headerField(name, value []byte, seen *fieldsSeen) (drop bool, code int, err error) {
+	rq := &cc.req.rq
+	switch len(name) {
+	case 4:
+		if eqFold(name, "host") {
+			if rq.host {
+				return false, 400, badRequest("more than one Host header")
+			}
+			if !all(value, &hostChars) {
+				return false, 400, badRequest("malformed Host header")
+			}
+			rq.host = true
+			cc.req.host = append(cc.req.host, value...)
+		}
+	case 7:
+		if eqFold(name, "upgrade") {
+			rq.hasUpgrade = true
+		}
+	case 10:
+		switch {
+		case eqFold(name, "connection"):
+			drop = true
+			closeOpt, upgradeOpt, extra := cc.connectionOptions(value)
+			rq.closeAfter = rq.closeAfter || closeOpt
+			rq.upgrade = rq.upgrade || upgradeOpt
+			rq.extraHop = rq.extraHop || extra
+		case eqFold(name, "keep-alive"):
+			drop = true
+		}
+	case 14:
+		if eqFold(name, "content-length") {
+			drop = true
+			n, ok := parseLength(value)
+			if !ok || (rq.cl >= 0 && (rq.cl != n || len(value) != seen.clDigits)) {
+				return false, 400, badRequest("invalid Content-Length")
+			}
+			rq.cl, seen.clDigits = n, len(value)
+		}
+	case 15:
+		if eqFold(name, "x-forwarded-for") {
+			drop = true
+			if len(cc.req.xff) > 0 {
+				cc.req.xff = append(cc.req.xff, ", "...)
+			}
+			cc.req.xff = append(cc.req.xff, value...)
+		}
+	case 16:
+		drop = eqFold(name, "proxy-connection")
+	case 17:
+		switch {
+		case eqFold(name, "transfer-encoding"):
+			drop = true
+			seen.te++
+			if seen.te > 1 {
+				return false, 400, badRequest("more than one Transfer-Encoding header")
+			}
+			if !eqFold(value, "chunked") {
+				return false, 501, badRequest("unsupported Transfer-Encoding (only chunked is)")
+			}
+			rq.chunked = true
+		}
+	}
+	return drop, 0, nil
+}
+
+// decideFraming settles, from the whole head, how the request is framed and
+// what its connection does: a Host header is required of HTTP/1.1;
+// chunked with a Content-Length too, or in HTTP/1.0, is refused (400:
+// RFC 9112 section 6.1, both may be an attempt to smuggle, and HTTP/1.0
+// has no chunked framing; refused rather than guessed); an upgrade needs
+// both Connection: upgrade and an Upgrade header, and an Upgrade header
+// not asked for is dropped as hop-by-hop.
+func (cc *Conn) decideFraming() (int, error) {
+	rq := &cc.req.rq
 	if !rq.http10 && !rq.host {
 		return 400, badRequest("missing Host header")
 	}
 	if rq.chunked {
-		// RFC 9112 section 6.1: both may be an attempt to smuggle, and
-		// HTTP/1.0 has no chunked framing; refused rather than guessed.
 		if rq.cl >= 0 {
 			return 400, badRequest("both Content-Length and Transfer-Encoding")
 		}
@@ -235,6 +317,16 @@ func (cc *Conn) readRequest() (int, error) {
 		rq.extraHop = true
 		cc.req.hop = append(cc.req.hop, "upgrade,"...)
 	}
+	return 0, nil
+}
+
+// appendGeneratedFields ends the head for the app in out: it drops the
+// header lines the Connection header named (and an Upgrade not asked
+// for), then appends the fields the engine writes itself — the body's
+// framing, X-Forwarded-For (the client's values, then its address),
+// Connection: Upgrade for an upgrade — and the empty line.
+func (cc *Conn) appendGeneratedFields(out []byte) []byte {
+	rq := &cc.req.rq
 	if rq.extraHop {
 		out = dropHeaders(out, cc.req.hop)
 	}
@@ -249,8 +341,7 @@ func (cc *Conn) readRequest() (int, error) {
 	if rq.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
-	cc.out = append(out, '\r', '\n')
-	return 0, nil
+	return append(out, '\r', '\n')
 }
 
 func headErrorCode(err error) int {
