@@ -1,7 +1,10 @@
-// Package docs keeps what is written about ebb (the README, the chart's
-// dashboard) true to the code: ExportedMetrics reads the metric names the
-// components export from their source, and its tests hold the README to
-// them.
+// Package docs keeps what is written about ebb (the README, docs/, the
+// chart's dashboard) true to the code: ExportedMetrics reads the metric
+// names the components export from their source, and its tests hold
+// docs/operations.md's metrics table to them, docs/configuration.md's chart
+// values to charts/ebb/values.yaml and its flag lists to each binary's -h,
+// and every relative link of the README, DEVELOPING.md and docs/ to a file
+// and heading that exist.
 package docs
 
 import (

@@ -1,25 +1,65 @@
 package docs
 
 import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/ebb-dev/ebb/activator"
+	"github.com/ebb-dev/ebb/check"
+	"github.com/ebb-dev/ebb/federation"
+	"github.com/ebb-dev/ebb/internal/options"
+	"github.com/ebb-dev/ebb/scaler"
+	"github.com/ebb-dev/ebb/sidecar"
 	"github.com/ebb-dev/ebb/test/repo"
+	"github.com/ebb-dev/ebb/webhook"
 )
 
-// TestREADMEMetrics: the README's metrics table lists every ebb_ metric the
-// components export, and no other.
-func TestREADMEMetrics(t *testing.T) {
-	root := repo.MustRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+var update = flag.Bool("update", false, "rewrite the flag lists of docs/configuration.md from the binaries' usage")
+
+// read returns a file of the repository, by its slash-separated path.
+func read(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo.MustRoot(t), filepath.FromSlash(name)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return string(b)
+}
+
+// section returns the text of the section of doc headed heading (a whole
+// heading line, such as "## Metrics"), up to the next heading of the same
+// or a higher level.
+func section(t *testing.T, doc, heading string) string {
+	t.Helper()
+	_, after, ok := strings.Cut(doc, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("no section %q", heading)
+	}
+	level := strings.Index(heading, " ")
+	for i := level; i >= 1; i-- {
+		if end := strings.Index(after, "\n"+strings.Repeat("#", i)+" "); end >= 0 {
+			after = after[:end]
+		}
+	}
+	return after
+}
+
+// TestMetrics: the metrics table of docs/operations.md lists every ebb_
+// metric the components export, and no other.
+func TestMetrics(t *testing.T) {
+	doc := section(t, read(t, "docs/operations.md"), "## Metrics")
 	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `(ebb_[a-z_]+)` \\|").FindAllStringSubmatch(string(readme), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `(ebb_[a-z_]+)` \\|").FindAllStringSubmatch(doc, -1) {
 		documented[m[1]] = true
 	}
 	exported := ExportedMetrics(t)
@@ -27,11 +67,224 @@ func TestREADMEMetrics(t *testing.T) {
 		t.Fatalf("found %d exported and %d documented metrics", len(exported), len(documented))
 	}
 	if missing := diff(exported, documented); len(missing) > 0 {
-		t.Errorf("exported but not in the README's metrics table: %q", missing)
+		t.Errorf("exported but not in the metrics table of docs/operations.md: %q", missing)
 	}
 	if stale := diff(documented, exported); len(stale) > 0 {
-		t.Errorf("in the README's metrics table but exported by no component: %q", stale)
+		t.Errorf("in the metrics table of docs/operations.md but exported by no component: %q", stale)
 	}
+}
+
+// TestChartValues: the chart values table of docs/configuration.md has a
+// row for every key of charts/ebb/values.yaml (a value that is not a map,
+// or an empty map), and no row for a key the chart does not have.
+func TestChartValues(t *testing.T) {
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(read(t, "charts/ebb/values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	leaves, all := map[string]bool{}, map[string]bool{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			p := prefix + k
+			all[p] = true
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+				walk(p+".", sub)
+				continue
+			}
+			leaves[p] = true
+		}
+	}
+	walk("", values)
+	doc := section(t, read(t, "docs/configuration.md"), "## Chart values")
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z0-9_.]+)` \\|").FindAllStringSubmatch(doc, -1) {
+		documented[m[1]] = true
+	}
+	if len(leaves) == 0 || len(documented) == 0 {
+		t.Fatalf("found %d values and %d documented", len(leaves), len(documented))
+	}
+	if missing := diff(leaves, documented); len(missing) > 0 {
+		t.Errorf("values.yaml has keys the chart values table of docs/configuration.md lacks: %q", missing)
+	}
+	if stale := diff(documented, all); len(stale) > 0 {
+		t.Errorf("the chart values table of docs/configuration.md has keys values.yaml lacks: %q", stale)
+	}
+}
+
+func usage[T any, P interface {
+	*T
+	options.Options
+}](program string, defaults func() T) func(io.Writer) {
+	return func(w io.Writer) { options.WriteUsage[T, P](w, program, defaults()) }
+}
+
+// binaries are ebb's programs and their usage, as each prints it for -h.
+var binaries = []struct {
+	name  string
+	usage func(io.Writer)
+}{
+	{"ebb-webhook", usage("ebb-webhook", webhook.DefaultOptions)},
+	{"ebb-activator", usage("ebb-activator", activator.DefaultOptions)},
+	{"ebb-scaler", usage("ebb-scaler", scaler.DefaultOptions)},
+	{"ebb-sidecar", usage("ebb-sidecar", sidecar.DefaultOptions)},
+	{"ebb-federation", usage("ebb-federation", federation.DefaultOptions)},
+	{"ebb-check", usage("ebb-check", check.DefaultOptions)},
+}
+
+// TestFlags: docs/configuration.md lists every flag of every binary as the
+// binary's -h prints it, under "### ebb-<name>" in a text block. With
+// -update it rewrites those blocks:
+//
+//	go test ./test/docs -run TestFlags -update
+func TestFlags(t *testing.T) {
+	const name = "docs/configuration.md"
+	doc := read(t, name)
+	out := doc
+	for _, b := range binaries {
+		var want bytes.Buffer
+		b.usage(&want)
+		heading := "\n### " + b.name + "\n"
+		i := strings.Index(out, heading)
+		if i < 0 {
+			t.Errorf("%s has no section %q", name, strings.TrimSpace(heading))
+			continue
+		}
+		start := strings.Index(out[i:], "\n```text\n")
+		next := strings.Index(out[i+len(heading):], "\n#")
+		if start < 0 || (next >= 0 && start > next+len(heading)) {
+			t.Errorf("%s: no ```text block under %q", name, strings.TrimSpace(heading))
+			continue
+		}
+		start += i + len("\n```text\n")
+		end := strings.Index(out[start:], "```\n")
+		if end < 0 {
+			t.Fatalf("%s: the block under %q does not end", name, strings.TrimSpace(heading))
+		}
+		end += start
+		if got := out[start:end]; got != want.String() {
+			if !*update {
+				t.Errorf("%s: the flags of %s are not what %s -h prints; run go test ./test/docs -run TestFlags -update\n%s",
+					name, b.name, b.name, lineDiff(got, want.String()))
+			}
+			out = out[:start] + want.String() + out[end:]
+		}
+	}
+	if *update && out != doc {
+		if err := os.WriteFile(filepath.Join(repo.MustRoot(t), name), []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lineDiff lists the lines only in got (-) and only in want (+).
+func lineDiff(got, want string) string {
+	g, w := map[string]bool{}, map[string]bool{}
+	for _, l := range strings.Split(got, "\n") {
+		g[l] = true
+	}
+	for _, l := range strings.Split(want, "\n") {
+		w[l] = true
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(got, "\n") {
+		if !w[l] {
+			fmt.Fprintf(&b, "- %s\n", l)
+		}
+	}
+	for _, l := range strings.Split(want, "\n") {
+		if !g[l] {
+			fmt.Fprintf(&b, "+ %s\n", l)
+		}
+	}
+	return b.String()
+}
+
+// TestLinks: every relative link of the README, DEVELOPING.md and docs/
+// names a file that exists and, with a #fragment, a heading of that file.
+func TestLinks(t *testing.T) {
+	root := repo.MustRoot(t)
+	files := []string{"README.md", "DEVELOPING.md"}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) == 0 {
+		t.Fatal("no docs/*.md")
+	}
+	for _, d := range docs {
+		files = append(files, "docs/"+filepath.Base(d))
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, f := range files {
+		text := withoutCode(read(t, f), true)
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, frag, _ := strings.Cut(target, "#")
+			file := f
+			if path != "" {
+				file = filepath.ToSlash(filepath.Join(filepath.Dir(f), path))
+				if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(file))); err != nil {
+					t.Errorf("%s links to %s: %v", f, target, err)
+					continue
+				}
+			}
+			if frag == "" {
+				continue
+			}
+			if !strings.HasSuffix(file, ".md") {
+				t.Errorf("%s links to %s: a fragment of a file that is not markdown", f, target)
+				continue
+			}
+			if !anchors(t, file)[frag] {
+				t.Errorf("%s links to %s: %s has no heading #%s", f, target, file, frag)
+			}
+		}
+	}
+}
+
+// withoutCode drops fenced code blocks and, with inline, inline code: text
+// there that looks like a link or a heading is not one.
+func withoutCode(s string, inline bool) string {
+	var b strings.Builder
+	fenced := false
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			if inline {
+				l = regexp.MustCompile("`[^`]*`").ReplaceAllString(l, "``")
+			}
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// anchors are the fragments GitHub gives the headings of a markdown file:
+// lower case, punctuation but - and _ dropped, spaces as -, a repeated
+// one suffixed -1, -2, ...
+func anchors(t *testing.T, file string) map[string]bool {
+	out := map[string]bool{}
+	drop := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	for _, l := range strings.Split(withoutCode(read(t, file), false), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			continue
+		}
+		h := strings.TrimSpace(strings.TrimLeft(l, "#"))
+		a := strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(h), ""), " ", "-")
+		for n, base := 1, a; out[a]; n++ {
+			a = fmt.Sprintf("%s-%d", base, n)
+		}
+		out[a] = true
+	}
+	return out
 }
 
 func diff(a, b map[string]bool) []string {
