@@ -17,7 +17,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -85,7 +85,7 @@ func DefaultOptions() Options {
 		ProbeInterval:     proxy.DefaultProbeInterval,
 		Resync:            DefaultResync,
 		DrainTimeout:      30 * time.Second,
-		SidecarAdminPort:  stats.DefaultAdminPort,
+		SidecarAdminPort:  sidecarapi.DefaultAdminPort,
 		ActivatorSelector: DefaultSelector,
 		Pool:              control.DefaultPool,
 		LeaderElect:       true,

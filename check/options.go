@@ -10,7 +10,7 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 // Options configures ebb-check.
@@ -33,7 +33,7 @@ type Options struct {
 
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
-	return Options{SidecarAdminPort: stats.DefaultAdminPort, Timeout: 3 * time.Minute, Log: logging.DefaultOptions()}
+	return Options{SidecarAdminPort: sidecarapi.DefaultAdminPort, Timeout: 3 * time.Minute, Log: logging.DefaultOptions()}
 }
 
 // ParseOptions fills Options from args with environment fallbacks (package

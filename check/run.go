@@ -21,7 +21,7 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
 )
 
@@ -158,23 +158,26 @@ func (c *checker) throughSidecar(ctx context.Context) (string, error) {
 }
 
 func (c *checker) sidecarTotal(ctx context.Context) (uint64, error) {
-	u := url.URL{Scheme: "http", Host: c.pod.Status.PodIP + ":" + strconv.Itoa(c.o.SidecarAdminPort), Path: stats.Path}
+	u := url.URL{Scheme: "http", Host: c.pod.Status.PodIP + ":" + strconv.Itoa(c.o.SidecarAdminPort), Path: sidecarapi.StatsPath}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return 0, err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("the sidecar's %s: %w", stats.Path, err)
+		return 0, fmt.Errorf("the sidecar's %s: %w", sidecarapi.StatsPath, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	if err != nil {
-		return 0, err
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != sidecarapi.StatsContentType {
+		return 0, fmt.Errorf("the sidecar's %s answered %s, Content-Type %q; want 200, %q (a sidecar of another ebb version?)", sidecarapi.StatsPath, resp.Status, ct, sidecarapi.StatsContentType)
 	}
-	s, err := stats.Parse(b)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, sidecarapi.MaxBody))
 	if err != nil {
-		return 0, fmt.Errorf("the sidecar's %s: %w", stats.Path, err)
+		return 0, fmt.Errorf("the sidecar's %s: %w", sidecarapi.StatsPath, err)
+	}
+	s, err := sidecarapi.ParseSnapshot(b)
+	if err != nil {
+		return 0, fmt.Errorf("the sidecar's %s: %w", sidecarapi.StatsPath, err)
 	}
 	return s.Total, nil
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 // The webhook's contract: the sidecar is a native sidecar (an init container
@@ -50,7 +50,7 @@ func podInfoFrom(p *corev1.Pod, appLabel string) podInfo {
 	in.sidecar = ok
 	if ok && in.running && p.Status.PodIP != "" {
 		in.hostport = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))
-		in.url = "http://" + in.hostport + stats.Path
+		in.url = "http://" + in.hostport + sidecarapi.StatsPath
 	}
 	return in
 }
@@ -70,7 +70,7 @@ func sidecarPort(spec *corev1.PodSpec) (int32, bool) {
 					return p.ContainerPort, true
 				}
 			}
-			return stats.DefaultAdminPort, true
+			return sidecarapi.DefaultAdminPort, true
 		}
 		return 0, false
 	}

@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
@@ -75,8 +75,12 @@ func rawSidecar(t *testing.T, answer func(c net.Conn)) string {
 	return ln.Addr().String()
 }
 
+// statsHead opens an answer as a sidecar's: status 200 and the stats line's
+// Content-Type, so what follows is what the case tests.
+const statsHead = "HTTP/1.1 200 OK\r\nContent-Type: " + sidecarapi.StatsContentType + "\r\n"
+
 func ok(body string) string {
-	return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	return statsHead + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 }
 
 // stream writes b until the peer goes.
@@ -100,30 +104,30 @@ func TestReadHostileSidecar(t *testing.T) {
 		refused string // the reason, "" for none
 		slow    bool   // ended by the deadline
 	}{
-		"garbage":                     {answer: func(c net.Conn) { io.WriteString(c, "\x00\xff SSH-2.0-OpenSSH_9.6\r\n") }, refused: stats.ReasonHTTP},
-		"not HTTP at all, no newline": {answer: func(c net.Conn) { stream(c, nines) }, refused: stats.ReasonTooLong},
+		"garbage":                     {answer: func(c net.Conn) { io.WriteString(c, "\x00\xff SSH-2.0-OpenSSH_9.6\r\n") }, refused: sidecarapi.ReasonHTTP},
+		"not HTTP at all, no newline": {answer: func(c net.Conn) { stream(c, nines) }, refused: sidecarapi.ReasonTooLong},
 		"1 GiB body": {answer: func(c net.Conn) {
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n")
+			io.WriteString(c, statsHead+"Content-Length: 1073741824\r\n\r\n")
 			stream(c, nines)
-		}, refused: stats.ReasonTooLong},
+		}, refused: sidecarapi.ReasonTooLong},
 		"1 GiB chunk": {answer: func(c net.Conn) {
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n")
+			io.WriteString(c, statsHead+"Transfer-Encoding: chunked\r\n\r\n40000000\r\n")
 			stream(c, nines)
-		}, refused: stats.ReasonTooLong},
+		}, refused: sidecarapi.ReasonTooLong},
 		"2^64 chunk": {answer: func(c net.Conn) {
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n")
+			io.WriteString(c, statsHead+"Transfer-Encoding: chunked\r\n\r\n10000000000000000\r\n")
 			stream(c, nines)
-		}, refused: stats.ReasonHTTP},
+		}, refused: sidecarapi.ReasonHTTP},
 		"endless head": {answer: func(c net.Conn) {
-			io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+			io.WriteString(c, statsHead)
 			stream(c, []byte("X-Pad: "+strings.Repeat("x", 100)+"\r\n"))
-		}, refused: stats.ReasonTooLong},
+		}, refused: sidecarapi.ReasonTooLong},
 		"delimited by close": {answer: func(c net.Conn) {
-			io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\n")
+			io.WriteString(c, statsHead+"\r\n")
 			stream(c, nines)
-		}, refused: stats.ReasonHTTP},
+		}, refused: sidecarapi.ReasonHTTP},
 		"one byte a second": {answer: func(c net.Conn) {
-			for _, b := range []byte(ok("ebb1 0 0 1\n")) {
+			for _, b := range []byte(ok("ebb1 0 0 1 0\n")) {
 				if _, err := c.Write([]byte{b}); err != nil {
 					return
 				}
@@ -131,16 +135,20 @@ func TestReadHostileSidecar(t *testing.T) {
 			}
 		}, slow: true},
 		"never":                            {answer: func(net.Conn) {}, slow: true},
-		"negative in-flight":               {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 -5 0 1\n")) }, refused: refusedFormat},
-		"2^63 in-flight":                   {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 9223372036854775808 0 1\n")) }, refused: refusedFormat},
-		"2^63-1 ms busy":                   {answer: func(c net.Conn) { io.WriteString(c, ok("ebb2 1 0 1 9223372036854775807\n")) }, refused: refusedFormat},
-		"stats line, then junk":            {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 1 2 3\n<html>")) }, refused: refusedFormat},
-		"404, as a pod that is no sidecar": {answer: func(c net.Conn) { io.WriteString(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n") }, refused: stats.ReasonStatus},
+		"negative in-flight":               {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 -5 0 1 0\n")) }, refused: refusedFormat},
+		"2^63 in-flight":                   {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 9223372036854775808 0 1 0\n")) }, refused: refusedFormat},
+		"2^63-1 ms busy":                   {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 1 0 1 9223372036854775807\n")) }, refused: refusedFormat},
+		"stats line, then junk":            {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 1 2 3 0\n<html>")) }, refused: refusedFormat},
+		"another version":                  {answer: func(c net.Conn) { io.WriteString(c, strings.ReplaceAll(ok("ebb2 1 2 3 0 7\n"), "ebb1", "ebb2")) }, refused: refusedFormat},
+		"another version's line":           {answer: func(c net.Conn) { io.WriteString(c, ok("ebb2 1 2 3 0\n")) }, refused: refusedFormat},
+		"a figure short":                   {answer: func(c net.Conn) { io.WriteString(c, ok("ebb1 1 2 3\n")) }, refused: refusedFormat},
+		"no Content-Type":                  {answer: func(c net.Conn) { io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nebb1 1 2 3 0\n") }, refused: refusedFormat},
+		"404, as a pod that is no sidecar": {answer: func(c net.Conn) { io.WriteString(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n") }, refused: sidecarapi.ReasonStatus},
 	} {
 		t.Run(name, func(t *testing.T) {
 			addr := rawSidecar(t, tc.answer)
 			s := &Scaler{opts: Options{ReadTimeout: timeout}, dialer: &net.Dialer{}}
-			p := &pod{key: "shop/hostile", conn: newStatsConn(addr, stats.Path)}
+			p := &pod{key: "shop/hostile", conn: newStatsConn(addr, sidecarapi.StatsPath)}
 			defer p.conn.close()
 			var buf [maxStatsBody]byte
 			var before, after runtime.MemStats
@@ -200,7 +208,7 @@ func TestSlowPodsCostTheTickOneReadOnce(t *testing.T) {
 	for name, answer := range map[string]func(net.Conn){
 		"never": func(net.Conn) {},
 		"slow": func(c net.Conn) {
-			for _, b := range []byte(ok("ebb1 0 0 1\n")) {
+			for _, b := range []byte(ok("ebb1 0 0 1 0\n")) {
 				if _, err := c.Write([]byte{b}); err != nil {
 					return
 				}
@@ -272,7 +280,7 @@ func TestSlowPodReturnsAfterFastReads(t *testing.T) {
 			time.Sleep(2 * timeout)
 			return
 		}
-		io.WriteString(c, ok("ebb1 1 0 1\n"))
+		io.WriteString(c, ok("ebb1 1 0 1 0\n"))
 	})
 	r.addPod(hostilePod("flappy-0", "flappy", addr))
 	p := func() *pod {
@@ -317,19 +325,19 @@ func TestSlowPodReturnsAfterFastReads(t *testing.T) {
 // says why; a plausible reading counts again.
 func TestImplausibleFiguresRefused(t *testing.T) {
 	for name, tc := range map[string]struct {
-		steps  []stats.Snapshot // one per tick; the last is refused
+		steps  []sidecarapi.Snapshot // one per tick; the last is refused
 		reason string
 	}{
-		"in-flight 2^63-1":           {[]stats.Snapshot{{InFlight: 2, BootID: 1}, {InFlight: math.MaxInt64, BootID: 1}}, refusedInFlight},
-		"in-flight 2^20+1":           {[]stats.Snapshot{{InFlight: MaxPodInFlight + 1, BootID: 1}}, refusedInFlight},
-		"counter backwards":          {[]stats.Snapshot{{InFlight: 1, Total: 100, BootID: 1}, {InFlight: 1, Total: 50, BootID: 1}}, refusedBackwards},
-		"rate":                       {[]stats.Snapshot{{InFlight: 1, Total: 100, BootID: 1}, {InFlight: 1, Total: 100 + 10*MaxPodRate, BootID: 1}}, refusedRate},
-		"first reading of a new pod": {[]stats.Snapshot{{InFlight: 1, Total: 10 * MaxPodRate, BootID: 1}}, refusedRate},
-		"rate after a restart":       {[]stats.Snapshot{{InFlight: 1, Total: 100, BootID: 1}, {InFlight: 1, Total: 10 * MaxPodRate, BootID: 2}}, refusedRate},
-		"boot ID at every read": {func() []stats.Snapshot {
-			var s []stats.Snapshot
+		"in-flight 2^63-1":           {[]sidecarapi.Snapshot{{InFlight: 2, BootID: 1}, {InFlight: math.MaxInt64, BootID: 1}}, refusedInFlight},
+		"in-flight 2^20+1":           {[]sidecarapi.Snapshot{{InFlight: MaxPodInFlight + 1, BootID: 1}}, refusedInFlight},
+		"counter backwards":          {[]sidecarapi.Snapshot{{InFlight: 1, Total: 100, BootID: 1}, {InFlight: 1, Total: 50, BootID: 1}}, refusedBackwards},
+		"rate":                       {[]sidecarapi.Snapshot{{InFlight: 1, Total: 100, BootID: 1}, {InFlight: 1, Total: 100 + 10*MaxPodRate, BootID: 1}}, refusedRate},
+		"first reading of a new pod": {[]sidecarapi.Snapshot{{InFlight: 1, Total: 10 * MaxPodRate, BootID: 1}}, refusedRate},
+		"rate after a restart":       {[]sidecarapi.Snapshot{{InFlight: 1, Total: 100, BootID: 1}, {InFlight: 1, Total: 10 * MaxPodRate, BootID: 2}}, refusedRate},
+		"boot ID at every read": {func() []sidecarapi.Snapshot {
+			var s []sidecarapi.Snapshot
 			for i := range MaxBootChanges + 2 {
-				s = append(s, stats.Snapshot{InFlight: 1, Total: 5, BootID: uint64(100 + i)})
+				s = append(s, sidecarapi.Snapshot{InFlight: 1, Total: 5, BootID: uint64(100 + i)})
 			}
 			return s
 		}(), refusedBootChurn},

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 // What the scaler takes from a pod's /stats as plausible. A pod is whatever
@@ -35,20 +35,20 @@ const (
 )
 
 // Reasons a reading is refused; label values of
-// ebb_scaler_sidecar_refused_total. stats.ResponseError's reasons (http,
-// status, too_long) are refusals of the answer itself.
+// ebb_scaler_sidecar_refused_total. sidecarapi.ResponseError's reasons (http,
+// status, too_long, format) are refusals of the answer itself.
 const (
-	refusedFormat    = "format"            // the body is not a stats line
-	refusedInFlight  = "in_flight"         // above MaxPodInFlight
-	refusedBackwards = "counter_backwards" // the total went down under the same boot ID
-	refusedRate      = "rate"              // more requests counted than MaxPodRate allows
-	refusedBootChurn = "boot_churn"        // more than MaxBootChanges boot IDs within BootWindow
+	refusedFormat    = sidecarapi.ReasonFormat // not a stats line of this version (its Content-Type or its body)
+	refusedInFlight  = "in_flight"             // above MaxPodInFlight
+	refusedBackwards = "counter_backwards"     // the total went down under the same boot ID
+	refusedRate      = "rate"                  // more requests counted than MaxPodRate allows
+	refusedBootChurn = "boot_churn"            // more than MaxBootChanges boot IDs within BootWindow
 )
 
 // plausible checks snap, read at at, against the pod's last accepted or
 // refused reading; it returns "" or the reason and what was wrong. It
 // updates the boot-ID change count.
-func plausible(st *readState, snap stats.Snapshot, at, seen time.Time, fromZero bool) (reason, msg string) {
+func plausible(st *readState, snap sidecarapi.Snapshot, at, seen time.Time, fromZero bool) (reason, msg string) {
 	if snap.InFlight > MaxPodInFlight {
 		return refusedInFlight, fmt.Sprintf("in-flight count %d is above %d, the most one pod can hold", snap.InFlight, MaxPodInFlight)
 	}

@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
-const maxStatsBody = stats.MaxBody
+const maxStatsBody = sidecarapi.MaxBody
 
 // readAll reads every pod, within ReadTimeout each, and leaves each pod's
 // result in readState.res.
@@ -108,7 +108,7 @@ func (s *Scaler) readOne(ctx context.Context, p *pod, buf []byte) readResult {
 	r.slow = r.at.Sub(start) > s.opts.ReadTimeout/2
 	if err != nil {
 		r.err = err
-		var re *stats.ResponseError
+		var re *sidecarapi.ResponseError
 		var ne net.Error
 		switch {
 		case errors.As(err, &re):
@@ -118,7 +118,7 @@ func (s *Scaler) readOne(ctx context.Context, p *pod, buf []byte) readResult {
 		}
 		return r
 	}
-	snap, err := stats.Parse(buf[:n])
+	snap, err := sidecarapi.ParseSnapshot(buf[:n])
 	if err != nil {
 		r.err, r.refused = err, refusedFormat
 		return r
@@ -130,7 +130,7 @@ func (s *Scaler) readOne(ctx context.Context, p *pod, buf []byte) readResult {
 // delta is how many requests a pod counted since the scaler last read it.
 // A new boot ID means the sidecar restarted: everything it counted since is
 // new, so a smaller total is a reset, never a negative delta.
-func delta(st *readState, snap stats.Snapshot, fromZero bool) uint64 {
+func delta(st *readState, snap sidecarapi.Snapshot, fromZero bool) uint64 {
 	switch {
 	case !st.have && fromZero:
 		return snap.Total

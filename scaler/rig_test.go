@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
@@ -29,20 +29,20 @@ import (
 type sidecar struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
-	snap stats.Snapshot
+	snap sidecarapi.Snapshot
 }
 
 func newSidecar(t *testing.T, inFlight int64, total, boot uint64) *sidecar {
-	sc := &sidecar{snap: stats.Snapshot{InFlight: inFlight, Total: total, BootID: boot}}
+	sc := &sidecar{snap: sidecarapi.Snapshot{InFlight: inFlight, Total: total, BootID: boot}}
 	sc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != stats.Path {
+		if r.URL.Path != sidecarapi.StatsPath {
 			http.NotFound(w, r)
 			return
 		}
 		sc.mu.Lock()
 		b := sc.snap.Append(nil)
 		sc.mu.Unlock()
-		w.Header().Set("Content-Type", stats.ContentType)
+		w.Header().Set("Content-Type", sidecarapi.StatsContentType)
 		_, _ = w.Write(b)
 	}))
 	t.Cleanup(sc.srv.Close)
@@ -51,7 +51,7 @@ func newSidecar(t *testing.T, inFlight int64, total, boot uint64) *sidecar {
 
 func (sc *sidecar) set(inFlight int64, total, boot uint64) {
 	sc.mu.Lock()
-	sc.snap = stats.Snapshot{InFlight: inFlight, Total: total, BootID: boot}
+	sc.snap = sidecarapi.Snapshot{InFlight: inFlight, Total: total, BootID: boot}
 	sc.mu.Unlock()
 }
 

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 // appKey identifies an app: the namespace of its pods and the value of their
@@ -99,7 +99,7 @@ type pod struct {
 // res and writes the rest (while holding registry.mu for reading).
 type readState struct {
 	res     readResult
-	last    stats.Snapshot
+	last    sidecarapi.Snapshot
 	lastAt  int64 // unix nanos of last
 	have    bool
 	missed  int
@@ -116,12 +116,12 @@ type readState struct {
 
 type readResult struct {
 	ok      bool
-	snap    stats.Snapshot
+	snap    sidecarapi.Snapshot
 	err     error
 	at      time.Time // when the read ended
 	slow    bool      // timed out or took more than half of ReadTimeout
 	pending bool      // a slow-lane read not ended (or not started) since the last tick
-	refused string    // the answer itself was refused: a stats.ResponseError reason or refusedFormat
+	refused string    // the answer itself was refused: a sidecarapi.ResponseError reason or refusedFormat
 }
 
 // podInfo is what the scaler takes from a Pod object.
@@ -151,7 +151,7 @@ func (r *registry) upsert(in podInfo, initial bool, now time.Time) (newlyBypasse
 	}
 	p := &pod{key: in.key, uid: in.uid, url: in.url, seen: now, sidecar: in.sidecar, running: in.running, ready: in.ready}
 	if in.url != "" {
-		p.conn = newStatsConn(in.hostport, stats.Path+"?"+stats.V2Query)
+		p.conn = newStatsConn(in.hostport, sidecarapi.StatsPath)
 	}
 	switch {
 	case old != nil:

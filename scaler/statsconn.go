@@ -7,18 +7,18 @@ import (
 	"net"
 	"time"
 
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 // statsConn is a kept-alive HTTP/1.1 connection to one sidecar's admin port,
 // used by one reader at a time. It speaks just enough HTTP for GET /stats: a
-// request prebuilt once and stats.ReadResponse, a strict reader bounded in
+// request prebuilt once and sidecarapi.ReadStatsResponse, a strict reader bounded in
 // bytes (fuzzed against net/http), all within one deadline. net/http's
 // Transport costs two goroutines, a channel hand-off each way and ~20 KiB
 // per connection, which at 5,000 sidecars a second is most of the scaler's
 // CPU and memory; this costs a write, a read and 512 bytes. Whatever a pod
 // answers, a read costs at most the deadline, the 512-byte buffer and
-// stats.MaxHead + stats.MaxBody bytes of framing.
+// sidecarapi.MaxHead + sidecarapi.MaxBody bytes of framing.
 type statsConn struct {
 	addr string
 	req  []byte
@@ -64,7 +64,7 @@ func (c *statsConn) roundTrip(ctx context.Context, d *net.Dialer, timeout time.D
 	if _, err := c.conn.Write(c.req); err != nil {
 		return 0, false, fmt.Errorf("write request: %w", err)
 	}
-	return stats.ReadResponse(c.br, buf)
+	return sidecarapi.ReadStatsResponse(c.br, buf)
 }
 
 func (c *statsConn) close() {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 func TestStatsConn(t *testing.T) {
@@ -18,18 +20,27 @@ func TestStatsConn(t *testing.T) {
 		want    string
 		err     string
 	}{
-		"content length": {func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ebb1 1 2 3\n")) }, "ebb1 1 2 3\n", ""},
+		"content length": {func(w http.ResponseWriter, _ *http.Request) { typed(w); _, _ = w.Write([]byte("ebb1 1 2 3 4\n")) }, "ebb1 1 2 3 4\n", ""},
 		"chunked": {func(w http.ResponseWriter, _ *http.Request) {
+			typed(w)
 			_, _ = w.Write([]byte("ebb1 1 "))
 			w.(http.Flusher).Flush()
-			_, _ = w.Write([]byte("2 3\n"))
-		}, "ebb1 1 2 3\n", ""},
+			_, _ = w.Write([]byte("2 3 4\n"))
+		}, "ebb1 1 2 3 4\n", ""},
 		"connection close": {func(w http.ResponseWriter, _ *http.Request) {
+			typed(w)
 			w.Header().Set("Connection", "close")
-			_, _ = w.Write([]byte("ebb1 0 0 1\n"))
-		}, "ebb1 0 0 1\n", ""},
-		"not 200":  {func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", http.StatusServiceUnavailable) }, "", `refused (status): status "503"`},
-		"too long": {func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(strings.Repeat("x", 1000))) }, "", "refused (too_long): Content-Length 1000 above 256"},
+			_, _ = w.Write([]byte("ebb1 0 0 1 0\n"))
+		}, "ebb1 0 0 1 0\n", ""},
+		"another version": {func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=ebb2")
+			_, _ = w.Write([]byte("ebb2 0 0 1 0 0\n"))
+		}, "", `refused (format): Content-Type "text/plain; version=ebb2", want one "text/plain; version=ebb1"`},
+		"not 200": {func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", http.StatusServiceUnavailable) }, "", `refused (status): status "503"`},
+		"too long": {func(w http.ResponseWriter, _ *http.Request) {
+			typed(w)
+			_, _ = w.Write([]byte(strings.Repeat("x", 1000)))
+		}, "", "refused (too_long): Content-Length 1000 above 256"},
 		"too slow": {func(w http.ResponseWriter, _ *http.Request) { time.Sleep(300 * time.Millisecond) }, "", "i/o timeout"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -68,6 +79,8 @@ func TestStatsConn(t *testing.T) {
 		})
 	}
 }
+
+func typed(w http.ResponseWriter) { w.Header().Set("Content-Type", sidecarapi.StatsContentType) }
 
 func TestStatsConnDialFails(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

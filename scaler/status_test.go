@@ -101,3 +101,20 @@ func TestAppMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyForFromTheStatsLine: how long a pod's requests have been in
+// flight without a break, the stats line's last figure, reaches the app's
+// status, Idle message and metric as the longest of its pods'.
+func TestBusyForFromTheStatsLine(t *testing.T) {
+	a, b := newSidecar(t, 1, 5, 1), newSidecar(t, 2, 7, 1)
+	a.snap.BusyFor, b.snap.BusyFor = 95*time.Second+400*time.Millisecond, 3*time.Second
+	r := newRig(t, fake.NewClientset(appPod("hello-0", "hello", a), appPod("hello-1", "hello", b)), nil)
+	r.tick()
+	st := r.status("hello")
+	if st.InFlight != 3 || st.BusyFor != "1m35.4s" || !strings.Contains(st.Idle.Message, "without a break for 1m35s") {
+		t.Errorf("status: in flight %d, busy for %q, idle %q; want 3, 1m35.4s and the time named", st.InFlight, st.BusyFor, st.Idle.Message)
+	}
+	if got := r.metricValue(metricAppBusy); got != 95.4 {
+		t.Errorf("%s = %v, want 95.4", metricAppBusy, got)
+	}
+}

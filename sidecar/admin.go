@@ -14,28 +14,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ebb-dev/ebb/internal/readiness"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 var (
-	statsContentType = []string{stats.ContentType}
+	statsContentType = []string{sidecarapi.StatsContentType}
 	noStore          = []string{"no-store"}
 	statsBufs        = sync.Pool{New: func() any { b := make([]byte, 0, 64); return &b }}
 )
 
-// adminHandler serves stats.Path, stats.ReadyPath and /metrics.
+// adminHandler serves sidecarapi.StatsPath, sidecarapi.ReadyPath and /metrics.
 func (p *proxy) adminHandler(bootID uint64) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+stats.Path, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+sidecarapi.StatsPath, func(w http.ResponseWriter, r *http.Request) {
 		bp := statsBufs.Get().(*[]byte)
-		snap := stats.Snapshot{InFlight: p.cnt.inFlight.Load(), Total: p.cnt.total.Load(), BootID: bootID}
-		var b []byte
-		if r.URL.RawQuery == stats.V2Query {
-			snap.BusyFor = p.cnt.busyFor(time.Now())
-			b = snap.AppendV2((*bp)[:0])
-		} else {
-			b = snap.Append((*bp)[:0])
-		}
+		snap := sidecarapi.Snapshot{InFlight: p.cnt.inFlight.Load(), Total: p.cnt.total.Load(), BootID: bootID, BusyFor: p.cnt.busyFor(time.Now())}
+		b := snap.Append((*bp)[:0])
 		h := w.Header()
 		h["Content-Type"] = statsContentType
 		h["Cache-Control"] = noStore
@@ -43,7 +37,7 @@ func (p *proxy) adminHandler(bootID uint64) http.Handler {
 		*bp = b
 		statsBufs.Put(bp)
 	})
-	mux.HandleFunc("GET "+stats.ReadyPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+sidecarapi.ReadyPath, func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case p.draining.Load():
 			http.Error(w, "draining", http.StatusServiceUnavailable)
@@ -53,7 +47,7 @@ func (p *proxy) adminHandler(bootID uint64) http.Handler {
 			w.Write([]byte("ready\n"))
 		}
 	})
-	mux.HandleFunc("GET "+stats.WaitForDrainPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+sidecarapi.WaitForDrainPath, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		if p.beginClosing() {
 			p.h2.rotate(start.Add(p.opts.DrainTimeout))

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
@@ -83,7 +83,7 @@ func TestBinary(t *testing.T) {
 		close(logs)
 	}()
 	testwait.For(t, 5*time.Second, "ready", func() bool {
-		resp, err := http.Get("http://" + admin + stats.ReadyPath)
+		resp, err := http.Get("http://" + admin + sidecarapi.ReadyPath)
 		if err != nil {
 			return false
 		}
@@ -102,13 +102,13 @@ func TestBinary(t *testing.T) {
 		result <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}()
 	testwait.For(t, 5*time.Second, "request in flight", func() bool {
-		resp, err := http.Get("http://" + admin + stats.Path)
+		resp, err := http.Get("http://" + admin + sidecarapi.StatsPath)
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		s, err := stats.Parse(b)
+		s, err := sidecarapi.ParseSnapshot(b)
 		return err == nil && s.InFlight == 1
 	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

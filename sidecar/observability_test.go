@@ -15,7 +15,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/internal/stats"
 	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/ebb-dev/ebb/internal/tracing/tracingtest"
 )
@@ -159,28 +158,28 @@ func TestTracing(t *testing.T) {
 	}
 }
 
-// TestStatsV2 reports how long requests have been in flight without a
-// break, for the scaler's Idle condition.
-func TestStatsV2(t *testing.T) {
+// TestStatsBusyFor: the stats line reports how long requests have been in
+// flight without a break, for the scaler's Idle condition, and 0 once none
+// is.
+func TestStatsBusyFor(t *testing.T) {
 	app := startTestApp(t)
 	r := startSidecar(t, testOptions(app.addr))
+	if s := readStats(t, r); s.BusyFor != 0 {
+		t.Errorf("with nothing in flight: %+v", s)
+	}
 	ws, _, err := websocket.DefaultDialer.Dial("ws://"+r.addr+"/ws", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.Close()
 	time.Sleep(300 * time.Millisecond)
-	_, body := get(t, http.DefaultClient, "http://"+r.admin+stats.Path+"?"+stats.V2Query)
-	s, err := stats.Parse([]byte(body))
-	if err != nil || !strings.HasPrefix(body, "ebb2 ") {
-		t.Fatalf("stats v2 %q: %v", body, err)
-	}
-	if s.InFlight != 1 || s.BusyFor < 300*time.Millisecond || s.BusyFor > 10*time.Second {
+	if s := readStats(t, r); s.InFlight != 1 || s.BusyFor < 300*time.Millisecond || s.BusyFor > 10*time.Second {
 		t.Errorf("with a WebSocket open 300ms: %+v", s)
 	}
-	if _, body := get(t, http.DefaultClient, "http://"+r.admin+stats.Path); !strings.HasPrefix(body, "ebb1 ") {
-		t.Errorf("a reader that does not ask for v2 got %q", body)
-	}
+	ws.Close()
+	testwait.For(t, 5*time.Second, "nothing in flight, not busy", func() bool {
+		s := readStats(t, r)
+		return s.InFlight == 0 && s.BusyFor == 0
+	})
 }
 
 // TestInstanceLabel: with --instance (the webhook sets EBB_INSTANCE to its

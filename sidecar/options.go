@@ -10,7 +10,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/readiness"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -68,10 +68,10 @@ const DefaultResponseHeaderTimeout = 10 * time.Minute
 // environment variable sets them.
 func DefaultOptions() Options {
 	return Options{
-		Listen:        ":" + strconv.Itoa(stats.DefaultListenPort),
+		Listen:        ":" + strconv.Itoa(sidecarapi.DefaultListenPort),
 		Upstream:      "127.0.0.1:8080",
-		AdminListen:   ":" + strconv.Itoa(stats.DefaultAdminPort),
-		DrainTimeout:  stats.DefaultDrainTimeout,
+		AdminListen:   ":" + strconv.Itoa(sidecarapi.DefaultAdminPort),
+		DrainTimeout:  sidecarapi.DefaultDrainTimeout,
 		DrainDelay:    5 * time.Second,
 		HeaderTimeout: 10 * time.Second,
 		IdleTimeout:   120 * time.Second,

@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ebb-dev/ebb/internal/readiness"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
@@ -54,20 +54,28 @@ func get(t *testing.T, c *http.Client, url string, hdr ...string) (int, string) 
 	return resp.StatusCode, string(b)
 }
 
-func readStats(t *testing.T, r *running) stats.Snapshot {
+// readStats reads the sidecar's stats as the scaler does: its request on a
+// raw connection and its strict reader, which takes only the one
+// Content-Type and stats line of this version.
+func readStats(t *testing.T, r *running) sidecarapi.Snapshot {
 	t.Helper()
-	resp, err := http.Get("http://" + r.admin + stats.Path)
+	c, err := net.DialTimeout("tcp", r.admin, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != stats.ContentType {
-		t.Errorf("stats Content-Type = %q, want %q", ct, stats.ContentType)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET "+sidecarapi.StatsPath+" HTTP/1.1\r\nHost: "+r.admin+"\r\nUser-Agent: ebb-scaler\r\n\r\n"); err != nil {
+		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	s, err := stats.Parse(b)
+	var body [sidecarapi.MaxBody]byte
+	n, keep, err := sidecarapi.ReadStatsResponse(bufio.NewReaderSize(c, 512), body[:])
+	if err != nil || !keep {
+		t.Fatalf("the sidecar's stats answer, read as the scaler reads it: keep-alive %v, %v", keep, err)
+	}
+	s, err := sidecarapi.ParseSnapshot(body[:n])
 	if err != nil {
-		t.Fatalf("stats body %q: %v", b, err)
+		t.Fatalf("stats body %q: %v", body[:n], err)
 	}
 	return s
 }
@@ -232,7 +240,7 @@ func TestCountsUnderConcurrency(t *testing.T) {
 	}
 	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
 	s := readStats(t, r)
-	if diff := cmp.Diff(stats.Snapshot{InFlight: 0, Total: blocked + workers*each, BootID: s.BootID}, s); diff != "" {
+	if diff := cmp.Diff(sidecarapi.Snapshot{InFlight: 0, Total: blocked + workers*each, BootID: s.BootID}, s); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
 	}
 	if s.BootID == 0 {
@@ -509,7 +517,7 @@ func TestAppDown(t *testing.T) {
 	if code != 502 || !strings.Contains(body, "the app is not answering on its port ("+addr+")") {
 		t.Errorf("app down: %d %q", code, body)
 	}
-	if code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath); code != 503 {
+	if code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath); code != 503 {
 		t.Errorf("/ready with the app down = %d, want 503", code)
 	}
 	// The app comes up on its port: ready, and requests go through.
@@ -520,7 +528,7 @@ func TestAppDown(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up\n") })}
 	go srv.Serve(ln)
 	defer srv.Close()
-	if code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath); code != 200 {
+	if code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath); code != 200 {
 		t.Errorf("/ready with the app up = %d, want 200", code)
 	}
 	if code, body := get(t, http.DefaultClient, "http://"+r.addr+"/"); code != 200 || body != "up\n" {
@@ -531,7 +539,7 @@ func TestAppDown(t *testing.T) {
 func TestDrain(t *testing.T) {
 	app := startTestApp(t)
 	r := startSidecar(t, testOptions(app.addr))
-	if code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath); code != 200 {
+	if code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath); code != 200 {
 		t.Fatalf("/ready = %d before drain", code)
 	}
 	slow := make(chan string, 1)
@@ -549,7 +557,7 @@ func TestDrain(t *testing.T) {
 	start := time.Now()
 	r.cancel() // what SIGTERM does in ebb-sidecar
 	testwait.For(t, 5*time.Second, "not ready", func() bool {
-		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
+		code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath)
 		return code == 503
 	})
 	// A request that still arrives during the drain is served, on a new
@@ -595,7 +603,7 @@ func TestWaitForDrain(t *testing.T) {
 	start := time.Now()
 	done := make(chan result, 1)
 	go func() {
-		code, body := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
+		code, body := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.WaitForDrainPath)
 		done <- result{code, body, time.Now()}
 	}()
 	// Requests keep arriving for 1 s, one every 100 ms (less than the
@@ -613,7 +621,7 @@ func TestWaitForDrain(t *testing.T) {
 		if resp.StatusCode != 200 || !resp.Close {
 			t.Errorf("request during the preStop wait: %d, Connection: close %v", resp.StatusCode, resp.Close)
 		}
-		if code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath); code != 200 {
+		if code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath); code != 200 {
 			t.Errorf("/ready = %d during the preStop wait, want 200 (still serving)", code)
 		}
 		select {
@@ -669,7 +677,7 @@ func TestWaitForDrainSendsGOAWAY(t *testing.T) {
 	}
 	done := make(chan int, 1)
 	go func() {
-		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
+		code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.WaitForDrainPath)
 		done <- code
 	}()
 	testwait.For(t, 5*time.Second, "the GOAWAY", func() bool {
@@ -692,7 +700,7 @@ func TestWaitForDrainWaitsForInFlight(t *testing.T) {
 	go http.Get("http://" + r.addr + "/slow?d=2s")
 	testwait.For(t, 5*time.Second, "slow request in flight", func() bool { return readStats(t, r).InFlight == 1 })
 	start := time.Now()
-	code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.WaitForDrainPath)
+	code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.WaitForDrainPath)
 	took := time.Since(start)
 	if code != 503 || took < o.DrainTimeout || took > o.DrainTimeout+time.Second {
 		t.Errorf("/wait-for-drain with a request in flight: %d after %v, want 503 after the drain timeout %v", code, took, o.DrainTimeout)
@@ -768,7 +776,7 @@ func TestReadyFollowsTheAppsReadinessCheck(t *testing.T) {
 	o.AppReadiness = readiness.Check{HTTP: &readiness.HTTPGet{Port: int32(port), Path: "/healthz", Headers: []readiness.Header{{Name: "X-Probe", Value: "yes"}}}, FailureThreshold: 1}.String()
 	r := startSidecar(t, o)
 
-	code, body := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
+	code, body := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath)
 	if want := "the app is not ready: GET http://127.0.0.1:" + strconv.Itoa(port) + "/healthz: answered 503 Service Unavailable\n"; code != 503 || body != want {
 		t.Errorf("/ready while the app warms up: %d %q, want 503 %q", code, body, want)
 	}
@@ -780,7 +788,7 @@ func TestReadyFollowsTheAppsReadinessCheck(t *testing.T) {
 	ready.Store(true)
 	start := time.Now()
 	testwait.For(t, 5*time.Second, "ready", func() bool {
-		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
+		code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath)
 		return code == 200
 	})
 	if took := time.Since(start); took > time.Second {
@@ -788,7 +796,7 @@ func TestReadyFollowsTheAppsReadinessCheck(t *testing.T) {
 	}
 	ready.Store(false)
 	testwait.For(t, 5*time.Second, "not ready again", func() bool {
-		code, _ := get(t, http.DefaultClient, "http://"+r.admin+stats.ReadyPath)
+		code, _ := get(t, http.DefaultClient, "http://"+r.admin+sidecarapi.ReadyPath)
 		return code == 503
 	})
 	if got := readStats(t, r).Total; got != 1 {

@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 // config is the test app's options.
@@ -325,7 +327,7 @@ var hostileModes = map[string]func(c net.Conn, n int){
 	// A valid head announcing a 1 GiB body, then the body.
 	"huge": func(c net.Conn, _ int) {
 		const size = 1 << 30
-		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=ebb1\r\nContent-Length: "+strconv.Itoa(size)+"\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(c, statsHead+"Content-Length: "+strconv.Itoa(size)+"\r\n\r\n"); err != nil {
 			return
 		}
 		chunk := []byte(strings.Repeat("9", 64<<10))
@@ -337,7 +339,7 @@ var hostileModes = map[string]func(c net.Conn, n int){
 	},
 	// A chunked body whose first chunk says 1 GiB, then endless data.
 	"huge-chunked": func(c net.Conn, _ int) {
-		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n"); err != nil {
+		if _, err := io.WriteString(c, statsHead+"Transfer-Encoding: chunked\r\n\r\n40000000\r\n"); err != nil {
 			return
 		}
 		chunk := []byte(strings.Repeat("9", 64<<10))
@@ -349,7 +351,7 @@ var hostileModes = map[string]func(c net.Conn, n int){
 	},
 	// Header lines for ever, no body.
 	"endless-head": func(c net.Conn, _ int) {
-		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n"); err != nil {
+		if _, err := io.WriteString(c, statsHead); err != nil {
 			return
 		}
 		for {
@@ -360,7 +362,7 @@ var hostileModes = map[string]func(c net.Conn, n int){
 	},
 	// A valid answer, one byte a second.
 	"slow": func(c net.Conn, _ int) {
-		for _, b := range []byte(statsAnswer("ebb1 0 0 1\n")) {
+		for _, b := range []byte(statsLine("0 0 1 0")) {
 			if _, err := c.Write([]byte{b}); err != nil {
 				return
 			}
@@ -374,16 +376,16 @@ var hostileModes = map[string]func(c net.Conn, n int){
 		_, _ = io.WriteString(c, "\x00\xff SSH-2.0-OpenSSH_9.6\r\n<html>nope</html>\n")
 	},
 	// Forged figures in a valid answer.
-	"inflight-max":      func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsAnswer("ebb1 9223372036854775807 0 1\n")) },
-	"inflight-negative": func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsAnswer("ebb1 -5 0 1\n")) },
-	"inflight-absurd":   func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsAnswer("ebb1 4000000000 0 1\n")) },
+	"inflight-max":      func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsLine("9223372036854775807 0 1 0")) },
+	"inflight-negative": func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsLine("-5 0 1 0")) },
+	"inflight-absurd":   func(c net.Conn, _ int) { _, _ = io.WriteString(c, statsLine("4000000000 0 1 0")) },
 	// A new boot ID at every read, with a counter that grows by 1000.
 	"boot-churn": func(c net.Conn, n int) {
-		_, _ = io.WriteString(c, statsAnswer(fmt.Sprintf("ebb1 1 %d %d\n", 1000*(n+1), time.Now().UnixNano())))
+		_, _ = io.WriteString(c, statsLine(fmt.Sprintf("1 %d %d 0", 1000*(n+1), time.Now().UnixNano())))
 	},
 	// A counter that goes backwards under the same boot ID.
 	"counter-backwards": func(c net.Conn, n int) {
-		_, _ = io.WriteString(c, statsAnswer(fmt.Sprintf("ebb1 0 %d 1\n", 1_000_000-n)))
+		_, _ = io.WriteString(c, statsLine(fmt.Sprintf("0 %d 1 0", 1_000_000-n)))
 	},
 }
 
@@ -396,8 +398,16 @@ func hostileModeNames() []string {
 	return names
 }
 
-func statsAnswer(body string) string {
-	return "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=ebb1\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+// statsHead opens every answer as a sidecar's does (status 200 and the
+// stats line's Content-Type), so that the scaler gets to what each mode
+// tests.
+const statsHead = "HTTP/1.1 200 OK\r\nContent-Type: " + sidecarapi.StatsContentType + "\r\n"
+
+// statsLine answers a stats line of this version with the given figures
+// (in flight, total, boot ID, busy milliseconds), as a sidecar would.
+func statsLine(figures string) string {
+	body := sidecarapi.StatsVersion + " " + figures + "\n"
+	return statsHead + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 }
 
 // serveHostile answers every request head read on ln with answer, keeping

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -157,14 +159,16 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 // TestHostileStats: each --hostile-stats mode answers a request head as it
-// says, and keeps the connection for the next request.
+// says, and keeps the connection for the next request; the forged figures
+// come in an answer the scaler's reader takes, so it is the figures it
+// refuses.
 func TestHostileStats(t *testing.T) {
 	if _, err := parseConfig([]string{"--hostile-stats", "nope"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "boot-churn") {
 		t.Errorf("unknown mode: error %v, want the modes listed", err)
 	}
 	for mode, want := range map[string]string{
-		"inflight-max":      "ebb1 9223372036854775807 0 1\n",
-		"inflight-negative": "ebb1 -5 0 1\n",
+		"inflight-max":      "ebb1 9223372036854775807 0 1 0\n",
+		"inflight-negative": "ebb1 -5 0 1 0\n",
 	} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -182,13 +186,15 @@ func TestHostileStats(t *testing.T) {
 			if _, err := io.WriteString(c, "GET /stats HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 				t.Fatal(err)
 			}
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("%s: %v", mode, err)
+			// Read as the scaler reads it: a valid answer, whose line
+			// is what the scaler then refuses.
+			var body [sidecarapi.MaxBody]byte
+			n, keep, err := sidecarapi.ReadStatsResponse(br, body[:])
+			if err != nil || !keep {
+				t.Fatalf("%s: keep-alive %v, %v", mode, keep, err)
 			}
-			b, _ := io.ReadAll(resp.Body)
-			if string(b) != want {
-				t.Errorf("%s: body %q, want %q", mode, b, want)
+			if string(body[:n]) != want {
+				t.Errorf("%s: body %q, want %q", mode, body[:n], want)
 			}
 		}
 		c.Close()

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
@@ -183,9 +183,9 @@ func waitServedByPod(t *testing.T, a *install.AppAtZero) string {
 }
 
 // sidecarStats reads the sidecar's counters from its admin port.
-func sidecarStats(t *testing.T, podIP string) stats.Snapshot {
+func sidecarStats(t *testing.T, podIP string) sidecarapi.Snapshot {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://%s:%d%s", podIP, stats.DefaultAdminPort, stats.Path))
+	resp, err := http.Get(fmt.Sprintf("http://%s:%d%s", podIP, sidecarapi.DefaultAdminPort, sidecarapi.StatsPath))
 	if err != nil {
 		t.Fatalf("sidecar stats: %v", err)
 	}
@@ -194,7 +194,7 @@ func sidecarStats(t *testing.T, podIP string) stats.Snapshot {
 	if err != nil {
 		t.Fatalf("sidecar stats: %v", err)
 	}
-	s, err := stats.Parse(b)
+	s, err := sidecarapi.ParseSnapshot(b)
 	if err != nil {
 		t.Fatalf("sidecar stats %q: %v", b, err)
 	}

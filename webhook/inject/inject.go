@@ -12,7 +12,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/readiness"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -88,8 +88,8 @@ func DefaultConfig(names groupsuffix.Names, version string) Config {
 				corev1.ResourceMemory: resource.MustParse("128Mi"),
 			},
 		},
-		ListenPort:     stats.DefaultListenPort,
-		AdminPort:      stats.DefaultAdminPort,
+		ListenPort:     sidecarapi.DefaultListenPort,
+		AdminPort:      sidecarapi.DefaultAdminPort,
 		DrainTimeout:   20 * time.Second,
 		RequestMetrics: true,
 		Tracing:        tracing.DefaultOptions(),
@@ -147,7 +147,7 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 			}
 			c.Lifecycle.PreStop = waitForDrain(cfg.AdminPort)
 		} else {
-			warnings = append(warnings, fmt.Sprintf("container %q has its own preStop hook, so ebb does not add its own (GET %s on port %d, which keeps the pod serving until traffic has moved away): requests may fail while the app scales down unless your hook calls it or waits a few seconds", c.Name, stats.WaitForDrainPath, cfg.AdminPort))
+			warnings = append(warnings, fmt.Sprintf("container %q has its own preStop hook, so ebb does not add its own (GET %s on port %d, which keeps the pod serving until traffic has moved away): requests may fail while the app scales down unless your hook calls it or waits a few seconds", c.Name, sidecarapi.WaitForDrainPath, cfg.AdminPort))
 		}
 	}
 
@@ -312,7 +312,7 @@ func rewriteProbes(c *corev1.Container, name string, dataPort, appPort int32) {
 // that is once every Service consumer has moved to other endpoints.
 func waitForDrain(adminPort int32) *corev1.LifecycleHandler {
 	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
-		Path: stats.WaitForDrainPath, Port: intstr.FromInt32(adminPort), Scheme: corev1.URISchemeHTTP,
+		Path: sidecarapi.WaitForDrainPath, Port: intstr.FromInt32(adminPort), Scheme: corev1.URISchemeHTTP,
 	}}
 }
 
@@ -352,7 +352,7 @@ func sidecar(cfg Config, dataPortName string, appPort int32, drain time.Duration
 		Resources: *cfg.Resources.DeepCopy(),
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: stats.ReadyPath, Port: intstr.FromString(AdminPortName), Scheme: corev1.URISchemeHTTP,
+				Path: sidecarapi.ReadyPath, Port: intstr.FromString(AdminPortName), Scheme: corev1.URISchemeHTTP,
 			}},
 			PeriodSeconds:    1,
 			TimeoutSeconds:   1,

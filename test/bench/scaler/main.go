@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
-	"github.com/ebb-dev/ebb/internal/stats"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/scaler"
 )
 
@@ -104,9 +104,9 @@ func sidecars(n, apps int) ([]podSpec, func(), error) {
 			el := time.Since(start)
 			// Requests come and go between ticks: the total grows, the
 			// in-flight count wanders between 0 and 2.
-			s := stats.Snapshot{InFlight: int64((i + int(el/time.Second)) % 3), Total: uint64(el/(10*time.Millisecond)) * uint64(1+i%5), BootID: boot}
+			s := sidecarapi.Snapshot{InFlight: int64((i + int(el/time.Second)) % 3), Total: uint64(el/(10*time.Millisecond)) * uint64(1+i%5), BootID: boot}
 			var buf [64]byte
-			w.Header().Set("Content-Type", stats.ContentType)
+			w.Header().Set("Content-Type", sidecarapi.StatsContentType)
 			_, _ = w.Write(s.Append(buf[:0]))
 		})}
 		go func() { _ = srv.Serve(l) }()

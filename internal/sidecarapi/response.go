@@ -1,4 +1,4 @@
-package stats
+package sidecarapi
 
 import (
 	"bufio"
@@ -8,26 +8,27 @@ import (
 	"io"
 )
 
-// The bounds of ReadResponse: a sidecar's answer to GET Path is a head of
-// about 150 bytes (status line, Content-Type, Cache-Control, Date,
-// Content-Length) and a body of at most 66 bytes (an ebb2 line of maximal
-// figures).
+// The bounds of ReadStatsResponse: a sidecar's answer to GET StatsPath is a
+// head of about 150 bytes (status line, Content-Type, Cache-Control, Date,
+// Content-Length) and a body of at most MaxStatsLine (82) bytes.
 const (
 	// MaxHead bounds the status line and header section, CRLFs included.
 	MaxHead = 1024
 	// MaxFields bounds the number of header fields.
 	MaxFields = 32
-	// MaxBody bounds the body; ReadResponse reads at most len(body) of it.
+	// MaxBody bounds the body; ReadStatsResponse reads at most len(body) of
+	// it.
 	MaxBody = 256
 	// maxChunkSizeDigits bounds a chunk-size line (net/http allows 16).
 	maxChunkSizeDigits = 8
 )
 
-// ResponseError is a response ReadResponse refuses: not the strict subset
-// of HTTP/1.1 a sidecar answers with (Reason "http"), a status other than
-// 200 ("status"), or beyond a bound ("too_long"). Errors of the connection
-// itself (time-outs, resets, a close before the end) are returned as they
-// are, wrapped.
+// ResponseError is a response ReadStatsResponse refuses: not the strict
+// subset of HTTP/1.1 a sidecar answers with (Reason "http"), a status other
+// than 200 ("status"), beyond a bound ("too_long"), or of a Content-Type
+// other than StatsContentType ("format"). Errors of the connection itself
+// (time-outs, resets, a close before the end) are returned as they are,
+// wrapped.
 type ResponseError struct {
 	Reason string
 	Detail string
@@ -38,6 +39,9 @@ const (
 	ReasonHTTP    = "http"
 	ReasonStatus  = "status"
 	ReasonTooLong = "too_long"
+	// ReasonFormat: not a stats line of StatsVersion. ParseSnapshot's
+	// ErrFormat is the same refusal, found in the body.
+	ReasonFormat = "format"
 )
 
 func (e *ResponseError) Error() string { return "stats answer refused (" + e.Reason + "): " + e.Detail }
@@ -46,15 +50,15 @@ func refuse(reason, format string, a ...any) error {
 	return &ResponseError{Reason: reason, Detail: fmt.Sprintf(format, a...)}
 }
 
-// ReadResponse reads one response to GET Path from br and copies its body
-// into body, returning the body's length and whether the connection may
+// ReadStatsResponse reads one response to GET StatsPath from br and copies
+// its body into body, returning the body's length and whether the connection may
 // carry another request. It reads no more than MaxHead bytes of head and
 // len(body) (at most MaxBody) bytes of body, plus the chunk framing of at
 // most len(body) chunks; br's buffer must hold a whole line (512 bytes is
 // plenty: a longer line is refused as too_long).
 //
 // It accepts a strict subset of what net/http's http.ReadResponse accepts
-// (FuzzReadResponse checks it against net/http):
+// (FuzzReadStatsResponse checks it against net/http):
 //   - status line "HTTP/1.1 200 " or "HTTP/1.0 200 " and a reason of
 //     visible characters, spaces and tabs; any other status, 1xx included,
 //     is refused;
@@ -65,12 +69,15 @@ func refuse(reason, format string, a ...any) error {
 //     Transfer-Encoding "chunked" (HTTP/1.1 only); both, neither (a body
 //     delimited by close), a list or a repetition is refused;
 //   - chunked: chunk sizes of hex digits only (no extension, no padding),
-//     data followed by CRLF, and no trailer field.
+//     data followed by CRLF, and no trailer field;
+//   - exactly one Content-Type, StatsContentType as the sidecar writes it:
+//     another version of the stats line is refused before its body is read
+//     (ReasonFormat).
 //
 // The connection is kept only for an HTTP/1.1 answer with no Connection
 // field (or only "keep-alive") and no byte after the response already
 // received.
-func ReadResponse(br *bufio.Reader, body []byte) (n int, keep bool, err error) {
+func ReadStatsResponse(br *bufio.Reader, body []byte) (n int, keep bool, err error) {
 	if len(body) > MaxBody {
 		body = body[:MaxBody]
 	}
@@ -96,7 +103,7 @@ func ReadResponse(br *bufio.Reader, body []byte) (n int, keep bool, err error) {
 		return 0, false, refuse(ReasonStatus, "status %q", rest[:3])
 	}
 	keep = minor == '1'
-	length, chunked := -1, false
+	length, chunked, typed := -1, false, false
 	for fields := 0; ; fields++ {
 		line, err := readLine(br, &head)
 		if err != nil {
@@ -130,6 +137,11 @@ func ReadResponse(br *bufio.Reader, body []byte) (n int, keep bool, err error) {
 				return 0, false, refuse(ReasonHTTP, "Transfer-Encoding %q", clip(value))
 			}
 			chunked = true
+		case bytes.EqualFold(name, []byte("Content-Type")):
+			if typed || string(value) != StatsContentType {
+				return 0, false, refuse(ReasonFormat, "Content-Type %q, want one %q", clip(value), StatsContentType)
+			}
+			typed = true
 		case bytes.EqualFold(name, []byte("Connection")):
 			if !bytes.EqualFold(value, []byte("keep-alive")) {
 				keep = false
@@ -137,6 +149,8 @@ func ReadResponse(br *bufio.Reader, body []byte) (n int, keep bool, err error) {
 		}
 	}
 	switch {
+	case !typed:
+		return 0, false, refuse(ReasonFormat, "no Content-Type, want %q", StatsContentType)
 	case chunked && length >= 0:
 		return 0, false, refuse(ReasonHTTP, "both Content-Length and Transfer-Encoding")
 	case chunked:
