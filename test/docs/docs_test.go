@@ -38,7 +38,7 @@ func read(t *testing.T, name string) string {
 
 // section returns the text of the section of doc headed heading (a whole
 // heading line, such as "## Metrics"), up to the next heading of the same
-// or a higher level.
+// or a higher level outside a fenced code block.
 func section(t *testing.T, doc, heading string) string {
 	t.Helper()
 	_, after, ok := strings.Cut(doc, "\n"+heading+"\n")
@@ -46,12 +46,18 @@ func section(t *testing.T, doc, heading string) string {
 		t.Fatalf("no section %q", heading)
 	}
 	level := strings.Index(heading, " ")
-	for i := level; i >= 1; i-- {
-		if end := strings.Index(after, "\n"+strings.Repeat("#", i)+" "); end >= 0 {
-			after = after[:end]
+	var b strings.Builder
+	fenced := false
+	for _, l := range strings.SplitAfter(after, "\n") {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
 		}
+		if h := strings.Index(l, " "); !fenced && h > 0 && h <= level && strings.Trim(l[:h], "#") == "" {
+			break
+		}
+		b.WriteString(l)
 	}
-	return after
+	return b.String()
 }
 
 // TestMetrics: the metrics table of docs/operations.md lists every ebb_
@@ -296,4 +302,73 @@ func diff(a, b map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestReadmeExampleHangsTogether: the README's complete example (which
+// test/e2e's TestReadmeExample applies to a cluster) opts its namespace in,
+// and its Deployment, Service and ScaledObject name each other as ebb
+// needs: the app label is the trigger's app, the Service targets the
+// container port by its name, the ScaledObject scales the Deployment with
+// a fallback.
+func TestReadmeExampleHangsTogether(t *testing.T) {
+	readme := read(t, "README.md")
+	example := section(t, readme, "## A complete example")
+	const inject = "kubectl label namespace shop ebb.dev/inject=enabled\n"
+	if !strings.Contains(example, inject) {
+		t.Errorf("the README's complete example does not opt its namespace in (%q)", inject)
+	}
+	_, after, ok := strings.Cut(example, "```yaml\n")
+	if !ok {
+		t.Fatal("no YAML block in the README's complete example")
+	}
+	block, _, _ := strings.Cut(after, "```")
+	objs := map[string]map[string]any{}
+	for _, doc := range strings.Split(block, "\n---\n") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		kind, _ := o["kind"].(string)
+		objs[kind] = o
+	}
+	get := func(kind string, path ...any) any {
+		var v any = objs[kind]
+		for _, p := range path {
+			switch p := p.(type) {
+			case string:
+				m, _ := v.(map[string]any)
+				v = m[p]
+			case int:
+				l, _ := v.([]any)
+				if p >= len(l) {
+					return nil
+				}
+				v = l[p]
+			}
+		}
+		return v
+	}
+	app := get("Deployment", "spec", "template", "metadata", "labels", "ebb.dev/app")
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"the Deployment's app label", app == nil, false},
+		{"the pod template's hosts annotation", get("Deployment", "spec", "template", "metadata", "annotations", "ebb.dev/hosts") == nil, false},
+		{"the Service's targetPort", get("Service", "spec", "ports", 0, "targetPort"), get("Deployment", "spec", "template", "spec", "containers", 0, "ports", 0, "name")},
+		{"the Service's selector", get("Service", "spec", "selector", "app"), get("Deployment", "spec", "template", "metadata", "labels", "app")},
+		{"the ScaledObject's target", get("ScaledObject", "spec", "scaleTargetRef", "name"), get("Deployment", "metadata", "name")},
+		{"the ScaledObject's fallback", get("ScaledObject", "spec", "fallback") == nil, false},
+		{"the trigger's type", get("ScaledObject", "spec", "triggers", 0, "type"), "external-push"},
+		{"the trigger's app", get("ScaledObject", "spec", "triggers", 0, "metadata", "app"), app},
+		{"the trigger's scaler", get("ScaledObject", "spec", "triggers", 0, "metadata", "scalerAddress"), "ebb-scaler.ebb-system:9090"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("the README's complete example: %s is %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if _, ok := get("Service", "spec", "ports", 0, "targetPort").(string); !ok {
+		t.Errorf("the README's Service targets its port by number: it must name it")
+	}
 }
