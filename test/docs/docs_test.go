@@ -12,16 +12,19 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ebb-dev/ebb/activator"
 	"github.com/ebb-dev/ebb/check"
 	"github.com/ebb-dev/ebb/federation"
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/scaler"
 	"github.com/ebb-dev/ebb/sidecar"
 	"github.com/ebb-dev/ebb/test/repo"
 	"github.com/ebb-dev/ebb/webhook"
+	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
 var update = flag.Bool("update", false, "rewrite the flag lists of docs/configuration.md from the binaries' usage")
@@ -370,5 +373,44 @@ func TestReadmeExampleHangsTogether(t *testing.T) {
 	}
 	if _, ok := get("Service", "spec", "ports", 0, "targetPort").(string); !ok {
 		t.Errorf("the README's Service targets its port by number: it must name it")
+	}
+}
+
+// TestPodKeys: the "Labels and annotations" table of docs/configuration.md
+// has a row for every label and annotation the webhook reads on a pod, and
+// each key it lists as a pod's is one the webhook reads.
+func TestPodKeys(t *testing.T) {
+	names, err := groupsuffix.New("ebb.dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := section(t, read(t, "docs/configuration.md"), "## Labels and annotations")
+	documented := map[string]map[string]bool{"label": {}, "annotation": {}}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(ebb\\.dev/[a-z-]+)` \\| Pod (label|annotation)").FindAllStringSubmatch(doc, -1) {
+		documented[m[2]][m[1]] = true
+	}
+	// The webhook lists the keys it reads when it meets one far from all.
+	const far = "ebb.dev/qqqqqqqqqqqqqqqq"
+	known := map[string]map[string]bool{"label": {}, "annotation": {}}
+	warnings := inject.UnknownKeys(&metav1.ObjectMeta{Labels: map[string]string{far: ""}, Annotations: map[string]string{far: ""}}, names)
+	for _, w := range warnings {
+		m := regexp.MustCompile(`^(label|annotation) .*\((?:labels|annotations) it reads: (.*)\)$`).FindStringSubmatch(w)
+		if m == nil {
+			t.Fatalf("the webhook's warning for %s does not list the keys it reads: %s", far, w)
+		}
+		for _, k := range strings.Split(m[2], ", ") {
+			known[m[1]][k] = true
+		}
+	}
+	for _, kind := range []string{"label", "annotation"} {
+		if len(known[kind]) == 0 || len(documented[kind]) == 0 {
+			t.Fatalf("found %d %ss the webhook reads and %d documented", len(known[kind]), kind, len(documented[kind]))
+		}
+		if missing := diff(known[kind], documented[kind]); len(missing) > 0 {
+			t.Errorf("the webhook reads pod %ss that docs/configuration.md's table lacks: %q", kind, missing)
+		}
+		if stale := diff(documented[kind], known[kind]); len(stale) > 0 {
+			t.Errorf("docs/configuration.md's table lists pod %ss the webhook does not read: %q", kind, stale)
+		}
 	}
 }
