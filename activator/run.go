@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,7 +24,6 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
-	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/logroute"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
@@ -42,7 +39,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	names := groupsuffix.MustNew(opts.APIGroupSuffix)
-	log := newLogger(opts).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix(), "pool", opts.Pool)
+	log := logroute.Setup("ebb-activator", opts.Log).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix(), "pool", opts.Pool)
 
 	rc, err := kubeclient.Config(opts.Kubeconfig)
 	if err != nil {
@@ -201,12 +198,6 @@ func adminHandler(reg *prometheus.Registry, router *proxy.Router, loops *control
 		json.NewEncoder(w).Encode(control.Served{Pod: pod, Routes: router.Served()})
 	})
 	return mux
-}
-
-func newLogger(o Options) logr.Logger {
-	log := logging.New(os.Stderr, "ebb-activator", o.Log)
-	logroute.All(log, o.Log.Debug())
-	return log
 }
 
 // scalerDialOptions are the pushes' credentials: TLS with --scaler-ca-file

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"time"
 
@@ -30,7 +29,7 @@ const sidecarContainer = "ebb-sidecar"
 
 // Run runs every check, in order, within o.Timeout.
 func Run(ctx context.Context, o Options) error {
-	log := logging.New(os.Stderr, "ebb-check", o.Log)
+	log := logging.Setup("ebb-check", o.Log)
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	cfg, err := kubeclient.Config(o.Kubeconfig)

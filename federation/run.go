@@ -3,7 +3,6 @@ package federation
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +21,6 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
-	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/logroute"
 )
 
@@ -97,11 +95,10 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
+// newLogger returns opts.Logger if set (tests), else the binary's logger.
 func newLogger(opts Options) logr.Logger {
 	if opts.Logger != nil {
 		return *opts.Logger
 	}
-	log := logging.New(os.Stderr, "ebb-federation", opts.Log)
-	logroute.All(log, opts.Log.Debug())
-	return log
+	return logroute.Setup("ebb-federation", opts.Log)
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,7 +24,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	log := newLogger(opts, os.Stderr)
+	log := newLogger(opts)
 	tp := tracing.New(opts.Tracing, "ebb-sidecar", attribute.String("k8s.pod.name", opts.PodName), attribute.String("k8s.namespace.name", opts.PodNamespace))
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -40,8 +38,11 @@ func Run(ctx context.Context, opts Options) error {
 	return s.run(ctx)
 }
 
-func newLogger(o Options, w io.Writer) logr.Logger {
-	log := logging.New(w, "ebb-sidecar", o.Log)
+// newLogger returns the sidecar's logger, naming its pod. It is
+// logging.Setup, not logroute.Setup: routing the libraries' logs would link
+// client-go, which the sidecar must not.
+func newLogger(o Options) logr.Logger {
+	log := logging.Setup("ebb-sidecar", o.Log)
 	for _, kv := range [][2]string{{"pod", o.PodName}, {"namespace", o.PodNamespace}, {"podIP", o.PodIP}} {
 		if kv[1] != "" {
 			log = log.WithValues(kv[0], kv[1])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -22,7 +21,6 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
-	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/logroute"
 	"github.com/ebb-dev/ebb/webhook/selfsigned"
 )
@@ -34,7 +32,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("invalid options:\n%w", err)
 	}
 	names := groupsuffix.MustNew(opts.APIGroupSuffix) // checked by Validate
-	log := newLogger(opts).WithValues("suffix", names.Suffix())
+	log := logroute.Setup("ebb-webhook", opts.Log).WithValues("suffix", names.Suffix())
 
 	restCfg, err := restConfig(opts)
 	if err != nil {
@@ -108,12 +106,6 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
-}
-
-func newLogger(opts Options) logr.Logger {
-	log := logging.New(os.Stderr, "ebb-webhook", opts.Log)
-	logroute.All(log, opts.Log.Debug())
-	return log
 }
 
 func restConfig(opts Options) (*rest.Config, error) {

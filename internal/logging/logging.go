@@ -1,8 +1,8 @@
 // Package logging is the one log set-up of ebb's binaries: logr over the
-// standard library's log/slog, JSON or text, at one of four levels.
-// Binaries that talk to the API server also route client-go's and
-// controller-runtime's logs into it (package kube), so every line a
-// process writes has one format.
+// standard library's log/slog, JSON or text, at one of four levels. A
+// binary calls Setup once; the binaries that talk to the API server call
+// logroute.Setup instead, which also routes client-go's, controller-runtime's
+// and gRPC's logs into it, so every line a process writes has one format.
 package logging
 
 import (
@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/go-logr/logr"
 
@@ -60,6 +61,11 @@ func (o Options) Debug() bool { return o.Level == LevelDebug }
 var levels = map[string]slog.Level{
 	LevelDebug: slog.LevelDebug, LevelInfo: slog.LevelInfo, LevelWarn: slog.LevelWarn, LevelError: slog.LevelError,
 }
+
+// Setup returns the logger of the binary named name: its lines go to
+// standard error as o says (validated). It routes no library's logs (see
+// logroute.Setup).
+func Setup(name string, o Options) logr.Logger { return New(os.Stderr, name, o) }
 
 // New returns a logger named name writing to w as o says (validated).
 // logr's V(1) and above are debug lines.

@@ -15,7 +15,18 @@ import (
 	"google.golang.org/grpc/grpclog"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ebb-dev/ebb/internal/logging"
 )
+
+// Setup returns the logger of the control-plane binary named name
+// (logging.Setup) with every library's lines routed into it (All), at the
+// detail o's level asks for. A binary calls it once, before anything logs.
+func Setup(name string, o logging.Options) logr.Logger {
+	log := logging.Setup(name, o)
+	All(log, o.Debug())
+	return log
+}
 
 // DebugVerbosity is the klog and gRPC verbosity kept when a binary logs at
 // debug: client-go's steady-state detail (leader election, informers), not

@@ -2,7 +2,9 @@ package logroute
 
 import (
 	"bytes"
+	"io"
 	"log"
+	"os"
 	"strings"
 	"testing"
 
@@ -45,6 +47,32 @@ func TestRouteLogs(t *testing.T) {
 			if !strings.HasPrefix(l, "{") {
 				t.Errorf("%s: a line that is not JSON: %q", level, l)
 			}
+		}
+	}
+}
+
+// Setup's logger writes the binary's lines and client-go's to standard
+// error, in its format and under its name.
+func TestSetup(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	log := Setup("ebb-x", logging.Options{Level: logging.LevelInfo, Format: logging.FormatJSON})
+	os.Stderr = stderr
+	log.Info("own line")
+	klog.InfoS("from klog")
+	klog.Flush()
+	w.Close()
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"msg":"own line"`, `"logger":"ebb-x"`, `"msg":"from klog"`, `"logger":"ebb-x/client-go"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("standard error lacks %s:\n%s", want, out)
 		}
 	}
 }
