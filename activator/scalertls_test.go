@@ -29,7 +29,7 @@ func TestPushesOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold := holdpush.NewServer(holdpush.ServerOptions{})
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)), holdpush.ServerOption())
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
 	hold.Register(srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -167,7 +167,7 @@ func (c *Client) run(ctx context.Context, p *peer) {
 func (c *Client) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cs, err := holdpushpb.NewHoldPushClient(conn).Push(sctx, callCodec(), grpc.WaitForReady(true))
+	cs, err := holdpushpb.NewHoldPushClient(conn).Push(sctx, grpc.WaitForReady(true))
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}

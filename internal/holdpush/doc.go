@@ -5,8 +5,9 @@
 // (generated code, `make generate`); this package holds the Server a scaler
 // mounts on its gRPC port and the Client an activator runs.
 //
-// Wire compatibility: clients send the content-subtype ebb-holdpush-v1 of the
-// hand-written versions, and a server set up with ServerOption reads any
-// subtype as protobuf, so activators and scalers of either kind interoperate
-// during an upgrade.
+// On the wire a Push is the gRPC method /ebb.holdpush.v1.HoldPush/Push with
+// gRPC's protobuf codec (content-type application/grpc); TestPushOnTheWire
+// pins its bytes. Change holdpush.proto only as protobuf allows a field to
+// change: activators and scalers of two releases run side by side during an
+// upgrade.
 package holdpush

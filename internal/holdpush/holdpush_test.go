@@ -58,9 +58,10 @@ func TestWireRejectsGarbage(t *testing.T) {
 	}
 }
 
-// legacyBatch is a Batch as the hand-written codec of the versions before
-// holdpushpb put it on the wire: activator "a/b", full, shop/hello holding 3.
-var legacyBatch = []byte{
+// goldenBatch is a Batch on the wire: activator "a/b", full, shop/hello
+// holding 3. A change to these bytes breaks the activators and scalers of a
+// release running side by side during an upgrade.
+var goldenBatch = []byte{
 	0x0a, 0x03, 'a', '/', 'b', // 1: activator
 	0x10, 0x01, // 2: full
 	0x1a, 0x0f, // 3: hold, 15 bytes
@@ -69,20 +70,18 @@ var legacyBatch = []byte{
 	0x18, 0x03, // 3: held
 }
 
-// The generated code writes the bytes the hand-written codec wrote.
-func TestWireFormatIsTheHandWrittenOnes(t *testing.T) {
+func TestBatchGoldenBytes(t *testing.T) {
 	b := Batch{Activator: "a/b", Full: true, Holds: []Hold{{App: hello, Held: 3}}}
 	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(b.toWire())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(legacyBatch, raw); diff != "" {
-		t.Errorf("wire bytes (-hand-written +generated):\n%s", diff)
+	if diff := cmp.Diff(goldenBatch, raw); diff != "" {
+		t.Errorf("wire bytes (-golden +generated):\n%s", diff)
 	}
 }
 
-// rawCodec passes bytes through under the hand-written versions'
-// content-subtype: it plays an activator or a scaler of those versions.
+// rawCodec passes a message's bytes through as they are on the wire.
 type rawCodec struct{}
 
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
@@ -94,42 +93,19 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-func (rawCodec) Name() string { return legacySubtype }
+func (rawCodec) Name() string { return "proto" }
 
-// An activator of the hand-written versions reaches a scaler of this one.
-func TestLegacyActivatorIsUnderstood(t *testing.T) {
-	r := newRig(t, ServerOptions{})
-	conn, err := grpc.NewClient("passthrough:///scaler-0", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(r.dial))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	cs, err := conn.NewStream(t.Context(), &holdpushpb.HoldPush_ServiceDesc.Streams[0], "/"+ServiceName+"/Push", grpc.ForceCodecV2(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := legacyBatch
-	if err := cs.SendMsg(&msg); err != nil {
-		t.Fatal(err)
-	}
-	testwait.For(t, 5*time.Second, "hello=3 from a legacy activator", func() bool { return r.server().Held(hello) == 3 })
-	if err := cs.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	var ack []byte
-	if err := cs.RecvMsg(&ack); err != nil {
-		t.Fatalf("the legacy stream's end: %v", err)
-	}
-}
-
-// An activator of this version reaches a scaler of the hand-written
-// versions, which reads a Push only under their content-subtype.
-func TestActivatorSpeaksToLegacyScaler(t *testing.T) {
+// TestPushOnTheWire: the Client sends the golden bytes on the method
+// /ebb.holdpush.v1.HoldPush/Push as gRPC's protobuf (application/grpc), and
+// a Server reads them from a client that writes them by hand.
+func TestPushOnTheWire(t *testing.T) {
+	type call struct{ method, contentType string }
+	calls := make(chan call, 16)
 	got := make(chan []byte, 16)
-	subtypes := make(chan string, 16)
 	gs := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		method, _ := grpc.MethodFromServerStream(ss)
 		md, _ := metadata.FromIncomingContext(ss.Context())
-		subtypes <- strings.Join(md.Get("content-type"), ",")
+		calls <- call{method, strings.Join(md.Get("content-type"), ",")}
 		for {
 			var b []byte
 			if err := ss.RecvMsg(&b); err != nil {
@@ -150,20 +126,41 @@ func TestActivatorSpeaksToLegacyScaler(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	c.Set(hello, 3)
-	c.SetAddresses([]string{"passthrough:///legacy-scaler"})
-	if ct := <-subtypes; ct != "application/grpc+"+legacySubtype {
-		t.Errorf("content-type %q, want the legacy scalers' application/grpc+%s", ct, legacySubtype)
+	c.SetAddresses([]string{"passthrough:///raw-scaler"})
+	if got, want := <-calls, (call{"/ebb.holdpush.v1.HoldPush/Push", "application/grpc"}); got != want {
+		t.Errorf("the client's call %+v, want %+v", got, want)
 	}
 	deadline := time.After(5 * time.Second)
-	for {
+	for found := false; !found; {
 		select {
 		case b := <-got:
-			if bytes.Equal(b, legacyBatch) {
-				return
-			}
+			found = bytes.Equal(b, goldenBatch)
 		case <-deadline:
-			t.Fatal("the legacy scaler never got the batch as its codec reads it")
+			t.Fatal("the golden batch never came")
 		}
+	}
+
+	r := newRig(t, ServerOptions{})
+	conn, err := grpc.NewClient("passthrough:///scaler-0", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(r.dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	cs, err := conn.NewStream(t.Context(), &holdpushpb.HoldPush_ServiceDesc.Streams[0], "/ebb.holdpush.v1.HoldPush/Push", grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := goldenBatch
+	if err := cs.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "hello=3 from the golden bytes", func() bool { return r.server().Held(hello) == 3 })
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var ack []byte
+	if err := cs.RecvMsg(&ack); err != nil {
+		t.Fatalf("the stream's end: %v", err)
 	}
 }
 
@@ -189,7 +186,7 @@ func (r *rig) start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lis = bufconn.Listen(1 << 20)
-	r.gs = grpc.NewServer(ServerOption())
+	r.gs = grpc.NewServer()
 	r.srv = NewServer(r.opts)
 	r.srv.Register(r.gs)
 	go func(gs *grpc.Server, lis net.Listener) { _ = gs.Serve(lis) }(r.gs, r.lis)
@@ -347,7 +344,7 @@ func rawStream(t *testing.T, r *rig) *batchStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	cs, err := holdpushpb.NewHoldPushClient(conn).Push(t.Context(), callCodec())
+	cs, err := holdpushpb.NewHoldPushClient(conn).Push(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,8 +82,7 @@ func NewServer(opts ServerOptions) *Server {
 	return &Server{opts: opts, activators: map[string]*activatorState{}, totals: map[App]int64{}}
 }
 
-// Register mounts the service on a gRPC server; build that server with
-// ServerOption, or activators of the hand-written versions cannot push.
+// Register mounts the service on a gRPC server.
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	holdpushpb.RegisterHoldPushServer(r, pushService{s: s})
 }

@@ -2,8 +2,6 @@ package holdpush
 
 import (
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
 
 	"github.com/ebb-dev/ebb/internal/holdpush/holdpushpb"
 )
@@ -48,29 +46,6 @@ func fromWire(w *holdpushpb.Batch) Batch {
 		b.Holds[i] = Hold{App: App{Namespace: h.GetNamespace(), Name: h.GetApp()}, Held: h.GetHeld()}
 	}
 	return b
-}
-
-// legacySubtype is the gRPC content-subtype ("application/grpc+<subtype>")
-// of the hand-written versions of this protocol, whose scalers read a Push
-// only under it. Clients still send it, so that an activator upgraded before
-// its scalers keeps reaching them.
-const legacySubtype = "ebb-holdpush-v1"
-
-// legacyCodec is gRPC's protobuf codec named legacySubtype. It is passed to
-// each call, never registered.
-type legacyCodec struct{ encoding.CodecV2 }
-
-func (legacyCodec) Name() string { return legacySubtype }
-
-func callCodec() grpc.CallOption {
-	return grpc.ForceCodecV2(legacyCodec{encoding.GetCodecV2(proto.Name)})
-}
-
-// ServerOption makes a gRPC server read every message as protobuf whatever
-// content-subtype its client names, so that it understands the activators
-// that send legacySubtype. Every service ebb serves over gRPC is protobuf.
-func ServerOption() grpc.ServerOption {
-	return grpc.ForceServerCodecV2(encoding.GetCodecV2(proto.Name))
 }
 
 // pushService serves holdpushpb.HoldPush with a Server.
