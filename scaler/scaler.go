@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +29,6 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
-	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/logroute"
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
 )
@@ -318,13 +316,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v) // the client went away: nothing to do
 }
 
+// newLogger returns o.Logger if set (tests), else the binary's logger.
 func newLogger(o Options) logr.Logger {
 	if o.Logger != nil {
 		return *o.Logger
 	}
-	log := logging.New(os.Stderr, "ebb-scaler", o.Log)
-	logroute.All(log, o.Log.Debug())
-	return log
+	return logroute.Setup("ebb-scaler", o.Log)
 }
 
 // kubeClients returns the client for pods and, unless o.Client is given
