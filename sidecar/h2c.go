@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ebb-dev/ebb/internal/connfeed"
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/tracing"
@@ -42,7 +43,7 @@ type h2cServer struct {
 // h2cGen is one net/http server and the listener handOff feeds it.
 type h2cGen struct {
 	srv *http.Server
-	ln  *chanListener
+	ln  *connfeed.Listener
 }
 
 func newH2CServer(p *proxy) *h2cServer {
@@ -149,7 +150,7 @@ func (h *h2cServer) newGen() *h2cGen {
 			},
 			ErrorLog: h.errLog,
 		},
-		ln: &chanListener{ch: make(chan net.Conn), done: make(chan struct{})},
+		ln: connfeed.New(),
 	}
 	go g.srv.Serve(g.ln) // returns when ln closes
 	return g
@@ -158,6 +159,7 @@ func (h *h2cServer) newGen() *h2cGen {
 // handOff gives a connection to the current h2c server; false once the
 // h2c server is shut down.
 func (h *h2cServer) handOff(c net.Conn) bool {
+	hc := newH2CConn(c)
 	for {
 		h.mu.Lock()
 		g, done := h.cur, h.done
@@ -165,11 +167,10 @@ func (h *h2cServer) handOff(c net.Conn) bool {
 		if done {
 			return false
 		}
-		select {
-		case g.ln.ch <- newH2CConn(c):
+		if g.ln.Feed(hc) {
 			return true
-		case <-g.ln.done: // rotated away meanwhile: try the new one
 		}
+		// rotated away meanwhile: try the new one
 	}
 }
 
@@ -221,29 +222,6 @@ func (h *h2cServer) close() {
 		g.srv.Close()
 	}
 }
-
-// chanListener is a net.Listener fed by handOff.
-type chanListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
 // prefaceLen is the length of the HTTP/2 client preface
 // ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), frameHeaderLen of a frame header.
