@@ -2,7 +2,8 @@
 // warm HTTP/1.1 through internal/http1, everything else handed to
 // net/http) → Router (routes by Host and path with package
 // internal/routing; proxies to a ready endpoint through its upstream, or
-// holds) → parking (held HTTP/1.x connections, hijacked). Its routing
+// holds) → parking (held HTTP/1.1 requests, parked in the engine that
+// parsed them and sent by it once released: one parse, one send). Its routing
 // table and endpoints are set from outside (SetRoutes, SetEndpoints: the
 // activator's control loops); it makes no API request of its own except
 // through the ColdStartWatcher it is given.

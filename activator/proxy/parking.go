@@ -1,32 +1,47 @@
 package proxy
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/reqmetrics"
+	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
-// Parking holds HTTP/1.x requests without a goroutine, a net/http
-// connection or a timer each, so that 10,000 held requests cost a few MiB:
-// the handler hijacks the connection, re-serializes the request head (plus
-// whatever net/http had buffered past it: a body start, a pipelined request)
-// and returns. A parked request is then only a small struct, its socket, an
-// entry in one deadline heap served by one timer, and a registration in one
-// epoll set that reports the client hanging up (EPOLLRDHUP) without reading
-// the request body. When the app has a ready pod, when the cold-start timeout
-// passes, or when its AppRoute is deleted, the connection is handed to the
-// re-entry server, an http.Server of the Router that reads the head again
-// from the saved bytes and answers it like any other request (forwarding
-// it, or 504/503), then serves the connection's next requests.
+// Parking holds HTTP/1.x requests in the engine (internal/http1) that
+// parsed them, without a goroutine, a timer or a second parse each, so
+// that 10,000 held requests cost a few MiB: the engine parks the request
+// (h1.Conn.Park) with its head for the app as built by its one parse, and
+// its goroutine ends. A parked request is then only a small struct, the
+// parked Conn and its socket, an entry in one deadline heap served by one
+// timer, and a registration in one epoll set that reports the client
+// hanging up (EPOLLRDHUP) without reading the request body. When the app
+// has a ready pod, when the cold-start timeout passes, or when its
+// AppRoute is deleted, the Conn resumes in a goroutine of its own
+// (h1.Conn.Resume): the request is sent by the engine to the ready pod,
+// as warm requests are, or answered 504/503, and the connection goes on
+// serving its next requests.
 //
-// HTTP/2 streams (h2c, gRPC) cannot be hijacked: they wait in their handler
-// goroutine, and net/http cancels their context when the client resets the
-// stream or the connection drops. Platforms without epoll do the same.
+// HTTP/2 streams (h2c, gRPC), and the few HTTP/1.x requests the engine
+// hands to net/http (targets not in origin form, no Host), wait in their
+// handler goroutine, and net/http cancels their context when the client
+// resets the stream or the connection drops. Without epoll (not Linux),
+// parked requests are not watched: a client that leaves frees its slot
+// at the release or the timeout.
 
 type verdict uint8
 
@@ -34,19 +49,19 @@ const (
 	released verdict = iota + 1
 	timedOut
 	routeGone
+	shuttingDown // the activator exits before the app is ready: 503
 )
 
-// parked is one held HTTP/1.x request whose connection was hijacked.
+// parked is one held HTTP/1.x request, parked in the engine.
 type parked struct {
-	conn       net.Conn
-	head       []byte // the request head, then the bytes net/http had buffered
+	cc         *h1.Conn
 	a          *app
 	start      time.Time
 	deadline   time.Time
 	timeout    time.Duration
 	token      uint64
 	hidx       int     // index in parking.heap
-	prev, next *parked // a's list, guarded by parking.mu
+	prev, next *parked // a's list, oldest first, guarded by parking.mu
 	polled     bool    // registered with the poller
 }
 
@@ -62,84 +77,83 @@ type parking struct {
 	d *Router
 
 	startOnce sync.Once
-	startErr  error
-	re        *reentry
-	srv       *http.Server
 
 	mu      sync.Mutex
-	poll    poller
+	poll    poller // nil without epoll
 	closed  bool
 	nextTok uint64
 	byTok   map[uint64]*parked
 	heap    deadlineHeap
 	timer   *time.Timer
-	lists   map[*app]*parked // first parked request of each app
+	lists   map[*app]*parked // oldest parked request of each app
+	tails   map[*app]*parked // newest parked request of each app
+	resumed map[*h1.Conn]struct{}
+	// out counts the requests taken out of parking to be answered (by
+	// resume) until their connection is done; taken with them under mu,
+	// so that held + out never reads 0 while one is on its way.
+	out atomic.Int64
 }
 
-func (pk *parking) start() error {
+func (pk *parking) start() {
 	pk.startOnce.Do(func() {
 		poll, err := newPoller(pk.hangup)
 		if err != nil {
-			pk.startErr = err
-			return
+			pk.d.opts.Log.V(1).Info("held requests are not watched for their client leaving", "reason", err.Error())
+			poll = nil
 		}
 		pk.mu.Lock() // releaseParked and shutdown read these under pk.mu
 		pk.poll = poll
 		pk.byTok = map[uint64]*parked{}
 		pk.lists = map[*app]*parked{}
+		pk.tails = map[*app]*parked{}
+		pk.resumed = map[*h1.Conn]struct{}{}
 		pk.timer = time.AfterFunc(time.Hour, pk.expire)
 		pk.timer.Stop()
 		pk.mu.Unlock()
-		pk.re = newReentry()
-		pk.srv = &http.Server{
-			Handler:           http.HandlerFunc(pk.d.serveReentered),
-			ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, reentryKey{}, c) },
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       120 * time.Second,
-			// Heads were accepted by the data server already; the re-serialized
-			// one may be a little longer than the original.
-			MaxHeaderBytes: 2 << 20,
-		}
-		pk.srv.Protocols = new(http.Protocols)
-		pk.srv.Protocols.SetHTTP1(true)
-		go pk.srv.Serve(pk.re)
 	})
-	return pk.startErr
 }
 
-// park hijacks r's connection and parks it; false means it could not, and
-// the caller holds r in its handler instead.
-func (d *Router) park(w http.ResponseWriter, r *http.Request, a *app, start time.Time, timeout time.Duration) bool {
-	if r.ProtoMajor != 1 {
-		return false
+// holdH1 holds a request the engine parsed, for app a that has no ready
+// endpoint: the placeholder page for a browser if a asks for one, 503 with
+// Retry-After when a queue is full, or the request parked. It returns
+// what ServeRequest returns.
+func (d *Router) holdH1(cc *h1.Conn, a *app) bool {
+	cfg := a.cfg.Load()
+	if cfg.Placeholder && string(cc.Method()) == http.MethodGet {
+		if accept, _ := cc.Header("accept"); strings.Contains(string(accept), "text/html") {
+			d.opts.Metrics.placeholder.Inc()
+			d.placeholderHold(a)
+			return cc.Answer(http.StatusServiceUnavailable, placeholderHeader, placeholderPage(a))
+		}
 	}
-	hj, ok := w.(http.Hijacker)
-	if !ok || d.parking.start() != nil {
-		return false
+	timeout := cmp.Or(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
+	// Taken before admission, which may start a cold start (and tell the
+	// scaler) at this very time: the first request's wait is the cold start.
+	start := time.Now()
+	if why := d.admitHeld(a, start); why != "" {
+		d.opts.Metrics.rejected.Inc()
+		d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+d.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
 	}
-	head := appendHead(make([]byte, 0, headSize(r)), r)
-	conn, brw, err := hj.Hijack()
-	if err != nil {
-		return false
-	}
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
-		head = append(head, b...)
-	}
-	p := &parked{conn: conn, head: head, a: a, start: start, deadline: start.Add(timeout), timeout: timeout}
+	return cc.Park(func(cc *h1.Conn) { d.parkConn(cc, a, start, timeout) })
+}
+
+// parkConn parks cc, once the engine has let go of it.
+func (d *Router) parkConn(cc *h1.Conn, a *app, start time.Time, timeout time.Duration) {
+	p := &parked{cc: cc, a: a, start: start, deadline: start.Add(timeout), timeout: timeout}
 	if !d.parking.add(p) {
 		d.leave(a)
-		conn.Close()
-		return true
+		cc.Drop()
+		return
 	}
 	// A ready pod or a deletion may have come between admit and add.
 	if a.pick() != nil || a.gone.Load() {
 		d.releaseParked(a)
 	}
-	return true
 }
 
 func (pk *parking) add(p *parked) bool {
+	pk.start()
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	if pk.closed {
@@ -148,17 +162,18 @@ func (pk *parking) add(p *parked) bool {
 	pk.nextTok++
 	p.token = pk.nextTok
 	pk.byTok[p.token] = p
-	p.next = pk.lists[p.a]
-	if p.next != nil {
-		p.next.prev = p
+	if last := pk.tails[p.a]; last != nil {
+		last.next, p.prev = p, last
+	} else {
+		pk.lists[p.a] = p
 	}
-	pk.lists[p.a] = p
+	pk.tails[p.a] = p
 	heap.Push(&pk.heap, p)
 	if p.hidx == 0 {
 		pk.timer.Reset(time.Until(p.deadline))
 	}
 	// A client gone already is reported at once (level-triggered).
-	p.polled = pk.poll.add(p.conn, p.token) == nil
+	p.polled = pk.poll != nil && pk.poll.add(p.cc.NetConn(), p.token) == nil
 	return true
 }
 
@@ -179,10 +194,14 @@ func (pk *parking) takeLocked(p *parked) bool {
 	}
 	if p.next != nil {
 		p.next.prev = p.prev
+	} else if p.prev != nil {
+		pk.tails[p.a] = p.prev
+	} else {
+		delete(pk.tails, p.a)
 	}
 	p.prev, p.next = nil, nil
 	if p.polled {
-		pk.poll.del(p.conn)
+		pk.poll.del(p.cc.NetConn())
 	}
 	return true
 }
@@ -196,7 +215,7 @@ func (pk *parking) hangup(token uint64) {
 	if !ok {
 		return
 	}
-	p.conn.Close()
+	p.cc.Drop()
 	pk.d.leave(p.a) // the client left: its slot is free at once
 	pk.d.opts.Metrics.canceled.Inc()
 }
@@ -211,6 +230,7 @@ func (pk *parking) expire() {
 		pk.takeLocked(p)
 		due = append(due, p)
 	}
+	pk.out.Add(int64(len(due)))
 	if len(pk.heap) > 0 {
 		pk.timer.Reset(time.Until(pk.heap[0].deadline))
 	}
@@ -220,12 +240,12 @@ func (pk *parking) expire() {
 		pk.d.leave(p.a)
 		m.timedOut.Inc()
 		m.timeouts.WithLabelValues(p.a.key.Namespace, p.a.key.Name).Inc()
-		msg := fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)", p.a.key, now.Sub(p.start).Round(time.Millisecond), p.timeout)
-		pk.re.push(&replayConn{Conn: p.conn, pending: p.head, verdict: timedOut, msg: msg})
+		msg := fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)\n", p.a.key, now.Sub(p.start).Round(time.Millisecond), p.timeout)
+		pk.resume(p, timedOut, msg)
 	}
 }
 
-// releaseParked hands a's parked requests to the re-entry server if a has a
+// releaseParked resumes a's parked requests, oldest first, if a has a
 // ready pod (they are forwarded) or is gone (503).
 func (d *Router) releaseParked(a *app) {
 	pk := &d.parking
@@ -235,7 +255,7 @@ func (d *Router) releaseParked(a *app) {
 	case a.pick() != nil:
 		v = released
 	case a.gone.Load():
-		v, msg = routeGone, fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held", a.key)
+		v, msg = routeGone, fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key)
 	default:
 		return
 	}
@@ -251,23 +271,114 @@ func (d *Router) releaseParked(a *app) {
 		out = append(out, p)
 		p = next
 	}
+	pk.out.Add(int64(len(out)))
 	pk.mu.Unlock()
 	for _, p := range out {
 		d.leave(a)
-		pk.re.push(&replayConn{Conn: p.conn, pending: p.head, verdict: v, msg: msg, heldAt: p.start})
+		pk.resume(p, v, msg)
 	}
 }
 
-// shutdown closes the parked connections still held and stops the re-entry
-// server once it has nothing in flight, or when ctx ends.
-func (pk *parking) shutdown(ctx context.Context) error {
+// resume serves p's connection again, in a goroutine of its own, first
+// answering its held request by verdict v: forwarded, or msg with 504
+// (timedOut), 503 (routeGone), 503 with Retry-After (shuttingDown). The
+// caller took p out of parking and counted it in pk.out.
+func (pk *parking) resume(p *parked, v verdict, msg string) {
 	pk.mu.Lock()
-	if pk.byTok == nil || pk.closed {
-		pk.closed = true
+	if pk.closed {
 		pk.mu.Unlock()
-		return nil
+		p.cc.Drop()
+		pk.out.Add(-1)
+		return
 	}
-	pk.closed = true
+	pk.resumed[p.cc] = struct{}{}
+	pk.mu.Unlock()
+	go func() {
+		defer func() {
+			pk.mu.Lock()
+			delete(pk.resumed, p.cc)
+			pk.mu.Unlock()
+			pk.out.Add(-1)
+		}()
+		p.cc.Resume(func(cc *h1.Conn, rq *h1.Request) bool {
+			switch v {
+			case timedOut:
+				return cc.Answer(http.StatusGatewayTimeout, "", msg)
+			case routeGone:
+				return cc.Answer(http.StatusServiceUnavailable, "", msg)
+			case shuttingDown:
+				return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+pk.d.retryAfter()+"\r\n", msg)
+			}
+			return pk.d.forwardParked(cc, rq, p.a, p.start)
+		})
+	}()
+}
+
+// forwardParked sends a request held since heldAt to a ready endpoint of
+// a through the engine, as a warm request goes; notes its first response
+// byte (the first one ends the cold start), records it, and traces it: a
+// span from heldAt to its response's end, continuing the request's trace
+// (its one traceparent header), with a child span per phase of the cold
+// start it waited on. With no ready endpoint any more (it went between
+// the release and now), the request is held again.
+func (d *Router) forwardParked(cc *h1.Conn, rq *h1.Request, a *app, heldAt time.Time) bool {
+	up := a.pick()
+	if up == nil {
+		if a.gone.Load() {
+			return cc.Answer(http.StatusServiceUnavailable, "", fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key))
+		}
+		return d.holdH1(cc, a)
+	}
+	d.opts.Metrics.released.Inc()
+	var span trace.Span
+	if d.opts.Tracer != nil {
+		ctx := context.Background()
+		tp, n := cc.TraceParent()
+		if n == 1 {
+			ctx = tracing.Propagator.Extract(ctx, tracing.Bytes(tp))
+		}
+		_, span = d.opts.Tracer.Start(ctx, "ebb-activator hold",
+			trace.WithTimestamp(heldAt), trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("ebb.app", a.key.String()), attribute.String("server.address", string(cc.Host()))))
+		if sc := span.SpanContext(); sc.IsSampled() && n <= 1 {
+			var b [tracing.TraceParentLen]byte
+			cc.SetTraceParent(tracing.TraceParent(b[:0], sc))
+		}
+	}
+	m, ok := a.heldMarks(heldAt)
+	var head time.Time
+	cc.OnResponseHead(func(int) {
+		head = time.Now()
+		d.firstByte(a, head)
+	})
+	keep := cc.RoundTrip(up.pool, rq)
+	p := reqmetrics.HTTP1
+	if cc.Status() == http.StatusSwitchingProtocols {
+		p = reqmetrics.Upgrade
+	}
+	d.opts.Requests.Observe(p, cc.Status(), heldAt)
+	if span != nil {
+		d.traceHeld(span, m, ok, heldAt, head)
+		if code := cc.Status(); code != 0 {
+			span.SetAttributes(attribute.Int("http.response.status_code", code))
+		}
+		if code := cc.Status(); code == 0 || code >= 500 {
+			span.SetStatus(codes.Error, "")
+		}
+		span.End()
+	}
+	return keep
+}
+
+// retryAfter is the Retry-After value, in whole seconds (at least 1).
+func (d *Router) retryAfter() string {
+	return strconv.Itoa(max(1, int(d.opts.RetryAfter.Round(time.Second)/time.Second)))
+}
+
+// answerHeld answers every parked request 503 with Retry-After: the
+// activator exits before their app is ready.
+func (pk *parking) answerHeld() {
+	pk.mu.Lock()
 	var left []*parked
 	for _, p := range pk.byTok {
 		left = append(left, p)
@@ -275,18 +386,44 @@ func (pk *parking) shutdown(ctx context.Context) error {
 	for _, p := range left {
 		pk.takeLocked(p)
 	}
-	pk.timer.Stop()
-	pk.poll.close()
+	pk.out.Add(int64(len(left)))
 	pk.mu.Unlock()
 	for _, p := range left {
-		p.conn.Close()
+		pk.d.leave(p.a)
+		pk.resume(p, shuttingDown, pk.d.shuttingDown(p.a)+"\n")
+	}
+}
+
+// cut closes the connections of every parked and resumed request at once;
+// close also parks no more. It returns how many it closed.
+func (pk *parking) cut(close bool) int {
+	pk.mu.Lock()
+	if close && !pk.closed {
+		pk.closed = true
+		if pk.timer != nil {
+			pk.timer.Stop()
+		}
+		if pk.poll != nil {
+			pk.poll.close()
+		}
+	}
+	var left []*parked
+	for _, p := range pk.byTok {
+		left = append(left, p)
+	}
+	for _, p := range left {
+		pk.takeLocked(p)
+	}
+	n := len(left) + len(pk.resumed)
+	for cc := range pk.resumed {
+		cc.NetConn().Close()
+	}
+	pk.mu.Unlock()
+	for _, p := range left {
+		p.cc.Drop()
 		pk.d.leave(p.a)
 	}
-	err := pk.srv.Shutdown(ctx)
-	if err != nil {
-		pk.srv.Close()
-	}
-	return err
+	return n
 }
 
 // deadlineHeap orders parked requests by deadline.
@@ -311,185 +448,3 @@ func (h *deadlineHeap) Pop() any {
 	p.hidx = -1
 	return p
 }
-
-// headSize estimates the length of r's re-serialized head.
-func headSize(r *http.Request) int {
-	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + len(r.Host) + 64
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
-}
-
-// appendHead writes r's head as net/http read it: the request line as
-// received, Host, every header, and the framing net/http took out of the
-// header map (Transfer-Encoding, Trailer). Header values were validated by
-// net/http, so they hold no CR or LF.
-func appendHead(b []byte, r *http.Request) []byte {
-	b = append(b, r.Method...)
-	b = append(b, ' ')
-	b = append(b, r.RequestURI...)
-	b = append(b, ' ')
-	b = append(b, r.Proto...)
-	b = append(b, "\r\n"...)
-	if r.Host != "" {
-		b = append(b, "Host: "...)
-		b = append(b, r.Host...)
-		b = append(b, "\r\n"...)
-	}
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	}
-	if len(r.TransferEncoding) > 0 {
-		b = append(b, "Transfer-Encoding: "...)
-		b = append(b, strings.Join(r.TransferEncoding, ", ")...)
-		b = append(b, "\r\n"...)
-	}
-	if len(r.Trailer) > 0 {
-		b = append(b, "Trailer: "...)
-		first := true
-		for k := range r.Trailer {
-			if !first {
-				b = append(b, ", "...)
-			}
-			first = false
-			b = append(b, k...)
-		}
-		b = append(b, "\r\n"...)
-	}
-	return append(b, "\r\n"...)
-}
-
-type reentryKey struct{}
-
-// replayConn is a parked connection handed back to HTTP: it reads the saved
-// head first, then the socket; verdict answers its first request.
-type replayConn struct {
-	net.Conn
-	pending []byte
-	verdict verdict
-	msg     string
-	heldAt  time.Time // when its first request was held
-}
-
-func (c *replayConn) Read(b []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(b, c.pending)
-		c.pending = c.pending[n:]
-		if len(c.pending) == 0 {
-			c.pending = nil
-		}
-		return n, nil
-	}
-	return c.Conn.Read(b)
-}
-
-// CloseWrite lets net/http half-close the socket as it does its own.
-func (c *replayConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-// serveReentered answers a request read again from a parked connection:
-// the first one with its verdict, the next ones like any request.
-func (d *Router) serveReentered(w http.ResponseWriter, r *http.Request) {
-	c, _ := r.Context().Value(reentryKey{}).(*replayConn)
-	if c == nil || c.verdict == 0 {
-		d.ServeHTTP(w, r)
-		return
-	}
-	v, msg, heldAt := c.verdict, c.msg, c.heldAt
-	c.verdict, c.msg = 0, ""
-	switch v {
-	case timedOut:
-		http.Error(w, msg, http.StatusGatewayTimeout)
-	case routeGone:
-		http.Error(w, msg, http.StatusServiceUnavailable)
-	default:
-		d.serve(w, r, heldAt)
-	}
-}
-
-// reentry is the listener of the re-entry server: it accepts the parked
-// connections pushed to it.
-type reentry struct {
-	mu     sync.Mutex
-	q      []net.Conn
-	closed bool
-	ready  chan struct{}
-	done   chan struct{}
-}
-
-func newReentry() *reentry {
-	return &reentry{ready: make(chan struct{}, 1), done: make(chan struct{})}
-}
-
-func (l *reentry) push(c net.Conn) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		c.Close()
-		return
-	}
-	l.q = append(l.q, c)
-	l.mu.Unlock()
-	select {
-	case l.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (l *reentry) Accept() (net.Conn, error) {
-	for {
-		l.mu.Lock()
-		if len(l.q) > 0 {
-			c := l.q[0]
-			l.q[0] = nil
-			l.q = l.q[1:]
-			if len(l.q) == 0 {
-				l.q = nil
-			}
-			l.mu.Unlock()
-			return c, nil
-		}
-		closed := l.closed
-		l.mu.Unlock()
-		if closed {
-			return nil, net.ErrClosed
-		}
-		select {
-		case <-l.ready:
-		case <-l.done:
-		}
-	}
-}
-
-func (l *reentry) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.closed = true
-		close(l.done)
-		for _, c := range l.q {
-			c.Close()
-		}
-		l.q = nil
-	}
-	return nil
-}
-
-func (l *reentry) Addr() net.Addr { return reentryAddr{} }
-
-type reentryAddr struct{}
-
-func (reentryAddr) Network() string { return "reentry" }
-func (reentryAddr) String() string  { return "activator-reentry" }

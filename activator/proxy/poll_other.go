@@ -1,10 +1,10 @@
 //go:build !linux
 
-package activator
+package proxy
 
 import "errors"
 
-// Without epoll, held HTTP/1.x requests wait in their handlers.
+// Without epoll, parked requests are not watched for their client leaving.
 func newPoller(func(uint64)) (poller, error) {
 	return nil, errors.New("parking needs epoll (linux)")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"html"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -102,7 +103,11 @@ type Router struct {
 	probe     *http.Client
 	held      atomic.Int64 // across every app
 	holding   atomic.Int64 // apps holding at least one request
-	parking   parking      // held HTTP/1.x requests, hijacked
+	parking   parking      // held HTTP/1.x requests, parked in the engine
+	// stopped is closed when Shutdown stops holding: every request held
+	// then, or after, is answered 503 with Retry-After.
+	stopped  chan struct{}
+	stopOnce sync.Once
 
 	mu   sync.Mutex // guards apps; taken by writers only
 	apps map[routing.Key]*app
@@ -132,35 +137,89 @@ func NewRouter(opts RouterOptions) *Router {
 			MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second, DisableCompression: true,
 			MaxResponseHeaderBytes: probeMaxHeaderBytes,
 		}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		apps: map[routing.Key]*app{},
+		apps:    map[routing.Key]*app{},
+		stopped: make(chan struct{}),
 	}
 	d.parking.d = d
 	d.table.Store(routing.Build[*app](nil, nil))
 	return d
 }
 
-// Shutdown waits until no request is held or ctx ends, then closes the
-// connections of requests still held and stops serving the released ones
-// once they are answered (or ctx ends). Call it after the data server's
-// Shutdown: held HTTP/1.x connections are hijacked, so that one does not
-// wait for them.
+// answerGrace is how long Shutdown, once its context has ended, waits
+// for the 503 answers of the requests still held and for the released
+// requests' answers before it cuts their connections.
+const answerGrace = 2 * time.Second
+
+// Shutdown ends holding, for an activator that exits; Server.Shutdown
+// calls it once the data port no longer accepts. It waits until no
+// request is held (each is forwarded once its app has a ready pod,
+// answered 504 at its cold-start timeout, or left by its client) and the
+// connection of every released request is done, its answer sent; or
+// until ctx ends: then it answers each request still held, and any held
+// from then on, 503 with Retry-After, and waits up to answerGrace for
+// those answers and the released requests' before it cuts what is left.
+// It returns ctx's error when it had to stop holding.
 func (d *Router) Shutdown(ctx context.Context) error {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for d.held.Load() > 0 && ctx.Err() == nil {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !d.idle() {
 		select {
 		case <-ctx.Done():
-		case <-t.C:
+			return d.stopHolding(ctx.Err())
+		case <-tick.C:
 		}
 	}
-	return d.parking.shutdown(ctx)
+	return nil
 }
 
-// Close closes every held and released connection at once.
+// idle reports whether nothing is held and no released request is being
+// answered.
+func (d *Router) idle() bool { return d.held.Load() == 0 && d.parking.out.Load() == 0 }
+
+// stopHolding answers every request held now or later 503 with
+// Retry-After and waits up to answerGrace for the answers in flight; then
+// it cuts the connections left.
+func (d *Router) stopHolding(why error) error {
+	d.stopOnce.Do(func() { close(d.stopped) }) // held in a handler: answered there
+	deadline := time.Now().Add(answerGrace)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		d.parking.answerHeld() // again each time: a request parked since
+		if d.idle() {
+			return why
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		<-tick.C
+	}
+	n := d.parking.cut(false)
+	d.opts.Log.Info("shutdown: connections cut, their requests not answered within the grace", "connections", n, "grace", answerGrace.String())
+	return why
+}
+
+// stopping reports whether Shutdown has stopped holding.
+func (d *Router) stopping() bool {
+	select {
+	case <-d.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// shuttingDown is the 503 answer to a request held while the activator
+// exits.
+func (d *Router) shuttingDown(a *app) string {
+	return fmt.Sprintf("ebb-activator: this activator is shutting down and app %s has no ready pod yet; retry", a.key)
+}
+
+// Close closes every held and released connection at once, and parks no
+// more.
 func (d *Router) Close() {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	d.parking.shutdown(ctx)
+	d.stopOnce.Do(func() { close(d.stopped) })
+	d.parking.cut(true)
 }
 
 type noPush struct{}
@@ -349,12 +408,10 @@ func (a *app) pick() *upstream {
 	return nil
 }
 
-// ServeHTTP routes, proxies or holds one request.
-func (d *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.serve(w, r, time.Time{}) }
-
-// serve routes, proxies or holds one request; heldAt is, for a held
-// request read again from its parked connection, when it was held.
-func (d *Router) serve(w http.ResponseWriter, r *http.Request, heldAt time.Time) {
+// ServeHTTP routes, proxies or holds one request that net/http serves:
+// HTTP/2 (h2c, gRPC) and the HTTP/1.x requests the engine hands off
+// (Server.ServeRequest).
+func (d *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route, ok := d.table.Load().Lookup(r.Host, r.URL.Path)
 	if !ok {
 		d.opts.Metrics.notFound.Inc()
@@ -363,11 +420,6 @@ func (d *Router) serve(w http.ResponseWriter, r *http.Request, heldAt time.Time)
 	}
 	a := route.Value
 	if up := a.pick(); up != nil {
-		if !heldAt.IsZero() {
-			d.opts.Metrics.released.Inc()
-			d.forwardHeld(w, r, a, up, heldAt)
-			return
-		}
 		d.opts.Metrics.proxied.Inc()
 		d.opts.Requests.Serve(up, w, r, time.Now())
 		return
@@ -485,30 +537,50 @@ func (d *Router) leave(a *app) {
 	a.mu.Unlock()
 }
 
+// admitHeld takes a slot for a request to a held at start; it returns why
+// not ("" when admitted).
+func (d *Router) admitHeld(a *app, start time.Time) string {
+	if d.stopping() {
+		return "this activator is shutting down"
+	}
+	limit := cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize)
+	switch d.admit(a, limit, start) {
+	case appFull:
+		return fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit)
+	case overShare:
+		n := d.holding.Load()
+		return fmt.Sprintf("app %s holds its fair share of this activator's %d request slots (%d with %d app(s) holding)", a.key, d.opts.MaxHeld, d.fairShare(n), n)
+	case globalFull:
+		return fmt.Sprintf("the activator holds its maximum of %d requests", d.opts.MaxHeld)
+	}
+	return ""
+}
+
+// hold holds a request net/http serves in its handler goroutine until a
+// has a ready endpoint (HTTP/1.1 requests are held in the engine instead:
+// holdH1).
 func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	cfg := a.cfg.Load()
 	if cfg.Placeholder && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
-		d.placeholder(w, a)
+		d.opts.Metrics.placeholder.Inc()
+		d.placeholderHold(a)
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		h.Set("Retry-After", strconv.Itoa(int(placeholderRefresh/time.Second)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, placeholderPage(a))
 		return
 	}
-	limit := cmp.Or(cfg.QueueSize, d.opts.QueueSize)
 	timeout := cmp.Or(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
 	// Taken before admission, which may start a cold start (and tell the
 	// scaler) at this very time: the first request's wait is the cold start.
 	start := time.Now()
-	switch d.admit(a, limit, start) {
-	case appFull:
-		d.reject(w, a, fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit))
-		return
-	case overShare:
-		n := d.holding.Load()
-		d.reject(w, a, fmt.Sprintf("app %s holds its fair share of this activator's %d request slots (%d with %d app(s) holding)", a.key, d.opts.MaxHeld, d.fairShare(n), n))
-		return
-	case globalFull:
-		d.reject(w, a, fmt.Sprintf("the activator holds its maximum of %d requests", d.opts.MaxHeld))
-		return
-	}
-	if d.park(w, r, a, start, timeout) {
+	if why := d.admitHeld(a, start); why != "" {
+		d.opts.Metrics.rejected.Inc()
+		d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+		w.Header().Set("Retry-After", d.retryAfter())
+		http.Error(w, "ebb-activator: "+why+"; retry later", http.StatusServiceUnavailable)
 		return
 	}
 	timer := time.NewTimer(timeout)
@@ -540,32 +612,33 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 			d.leave(a) // the client left: its slot is free at once
 			d.opts.Metrics.canceled.Inc()
 			return
+		case <-d.stopped:
+			d.leave(a)
+			w.Header().Set("Retry-After", d.retryAfter())
+			http.Error(w, d.shuttingDown(a), http.StatusServiceUnavailable)
+			return
 		}
 	}
-}
-
-func (d *Router) reject(w http.ResponseWriter, a *app, why string) {
-	d.opts.Metrics.rejected.Inc()
-	d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
-	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(d.opts.RetryAfter.Round(time.Second)/time.Second))))
-	http.Error(w, "ebb-activator: "+why+"; retry later", http.StatusServiceUnavailable)
 }
 
 // placeholderRefresh is how often the placeholder page reloads, and how long
 // each one counts as a held request so the app is woken and kept waking.
 const placeholderRefresh = 2 * time.Second
 
-func (d *Router) placeholder(w http.ResponseWriter, a *app) {
-	d.opts.Metrics.placeholder.Inc()
+// placeholderHeader is the placeholder page's header lines.
+var placeholderHeader = "Content-Type: text/html; charset=utf-8\r\nCache-Control: no-store\r\nRetry-After: " + strconv.Itoa(int(placeholderRefresh/time.Second)) + "\r\n"
+
+// placeholderHold counts a placeholder page as a request held for
+// placeholderRefresh, if a has room.
+func (d *Router) placeholderHold(a *app) {
 	if d.admit(a, cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize), time.Now()) == admitted {
 		time.AfterFunc(placeholderRefresh, func() { d.leave(a) })
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Retry-After", strconv.Itoa(int(placeholderRefresh/time.Second)))
-	w.WriteHeader(http.StatusServiceUnavailable)
-	fmt.Fprintf(w, `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="%d"><title>Starting %s</title></head>`+
+}
+
+// placeholderPage is the page browsers get while a starts.
+func placeholderPage(a *app) string {
+	return fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="%d"><title>Starting %s</title></head>`+
 		`<body style="font-family:sans-serif;text-align:center;margin-top:20vh"><h1>Starting %s…</h1><p>This page reloads by itself.</p></body></html>`+"\n",
 		int(placeholderRefresh/time.Second), html.EscapeString(a.key.Name), html.EscapeString(a.key.Name))
 }

@@ -6,26 +6,26 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
-	"github.com/ebb-dev/ebb/internal/connfeed"
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 )
 
-// Server serves the activator's data port. Warm HTTP/1.1 requests (an
-// app with a ready endpoint, an origin-form target without escapes, a Host
-// header) are proxied by the hand-written engine of package internal/http1,
-// spread round robin over the app's ready endpoints, each endpoint with one
-// keep-alive pool built once. Any other request (unknown host, an app
-// without a ready endpoint, which is held, an unusual target) hands its
-// connection, the request included, to an http.Server whose handler is the
-// Router, which serves that connection from then on; so do connections
-// that open with the HTTP/2 preface (h2c, gRPC).
+// Server serves the activator's data port. HTTP/1.1 requests with an
+// origin-form target and a Host header are the engine's (package
+// internal/http1): parsed once, proxied to the app's ready endpoints
+// (round robin, each endpoint with one keep-alive pool built once) or,
+// while the app has none, held in the engine (parking) and sent by it
+// once one is ready. Any other request (unknown host, an unusual target)
+// hands its connection, the request included, to an http.Server whose
+// handler is the Router, which serves that connection from then on; so do
+// connections that open with the HTTP/2 preface (h2c, gRPC).
 type Server struct {
 	d       *Router
 	srv     *http.Server
-	ln      *connfeed.Listener
+	ln      *handOffListener
 	h1      *h1.Server
 	srvOnce sync.Once
 	stop    chan struct{}
@@ -42,7 +42,7 @@ func NewServer(d *Router, srv *http.Server) *Server {
 	s := &Server{
 		d:    d,
 		srv:  srv,
-		ln:   connfeed.New(),
+		ln:   &handOffListener{ch: make(chan net.Conn), done: make(chan struct{})},
 		stop: make(chan struct{}),
 	}
 	s.h1 = h1.NewServer(h1.Options{
@@ -54,7 +54,7 @@ func NewServer(d *Router, srv *http.Server) *Server {
 		// 504 after its own, and a client that goes away ends the request.
 		// Forwarding headers: as on the net/http path (http1.SetForwarded).
 		KeepRaw: true,
-	}, s, s.ln.Feed, d.opts.Log)
+	}, s, s.ln.handOff, d.opts.Log)
 	return s
 }
 
@@ -68,36 +68,52 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.h1.Serve(ln)
 }
 
-// ServeRequest proxies a warm request to one of its app's ready endpoints
-// and hands any other off to the net/http server (h1.Handler). Warm
-// requests are not held, so they are not counted as held.
+// ServeRequest proxies a request to one of its app's ready endpoints, or
+// holds it in the engine while the app has none (Router.holdH1), and
+// hands off to the net/http server (h1.Handler) what the engine does not
+// route itself: a target not in origin form, no Host header, an unknown
+// host (404 naming it). Warm requests are not held, so they are not
+// counted as held.
 func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	host, target := cc.Host(), cc.Target()
 	if len(host) == 0 || len(target) == 0 || target[0] != '/' {
 		return cc.HandOff()
 	}
-	path := target
-	for i, c := range target {
-		if c == '?' {
-			path = target[:i]
-			break
-		}
-		if c == '%' { // net/http routes by the unescaped path
-			return cc.HandOff()
-		}
+	path, ok := routedPath(target)
+	if !ok {
+		return cc.HandOff() // net/http answers 400
 	}
-	route, ok := s.d.table.Load().Lookup(string(host), string(path))
+	route, ok := s.d.table.Load().Lookup(string(host), path)
 	if !ok {
 		return cc.HandOff() // 404 naming the host
 	}
 	up := route.Value.pick()
 	if up == nil {
-		return cc.HandOff() // held
+		return s.d.holdH1(cc, route.Value)
 	}
 	s.d.opts.Metrics.proxied.Inc()
 	keep := cc.RoundTrip(up.pool, rq)
 	s.d.opts.Requests.ObserveH1(cc)
 	return keep
+}
+
+// routedPath is the path an origin-form target is routed by: as net/http
+// has it (its URL.Path), unescaped; false if it does not unescape.
+func routedPath(target []byte) (string, bool) {
+	path := target
+	escaped := false
+	for i, c := range target {
+		if c == '?' {
+			path = target[:i]
+			break
+		}
+		escaped = escaped || c == '%'
+	}
+	if !escaped {
+		return string(path), true
+	}
+	p, err := url.PathUnescape(string(path))
+	return p, err == nil
 }
 
 // UpstreamError logs an endpoint that failed (h1.Handler).
@@ -148,3 +164,36 @@ func (s *Server) Close() error {
 	s.ln.Close()
 	return err
 }
+
+// handOffListener is the net/http server's listener, fed by handOff.
+type handOffListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+// handOff gives a connection to the net/http server; false if it is closed.
+func (l *handOffListener) handOff(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *handOffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handOffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handOffListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }

@@ -87,6 +87,9 @@ type Conn struct {
 	upstream atomic.Pointer[net.TCPConn]
 	served   int     // requests served on this connection
 	req      request // the request being served
+	// parkThen is Park's callback, called once Serve's goroutine let go.
+	parkThen func(*Conn)
+	pending  []byte // bytes read past a parked request's head
 }
 
 // request is the state of the request a Conn is serving, from the wait for
@@ -119,6 +122,7 @@ type request struct {
 	bodySent atomic.Bool
 	body     chan error // the outcome of the request body being streamed, until received
 	bodyErr  error
+	onHead   func(status int) // OnResponseHead
 }
 
 // reset zeroes r for the next request, keeping its buffers' capacity.

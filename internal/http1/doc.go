@@ -35,7 +35,10 @@
 // beyond Options.HalfCloseTimeout, a reset, a failed write or
 // Options.TunnelIdleTimeout closes it whole. Connections that start with the
 // HTTP/2 preface, and requests a Handler gives away (Conn.HandOff), go to
-// another server with what was read put back in front.
+// another server with what was read put back in front. A request a Handler
+// holds (Conn.Park) stays parsed in its Conn, with no goroutine and nothing
+// read, until its owner resumes it (Conn.Resume: sent like any other, or
+// answered with Conn.Answer) or drops it.
 //
 // The differential fuzz targets hold the parsers to net/http's except for
 // the deliberate differences listed in differential_test.go; the raw-TCP

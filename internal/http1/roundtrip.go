@@ -93,6 +93,9 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 			err = cc.readResponseHead(uc, rq, &rs)
 			if err == nil {
 				cc.req.status = rs.code
+				if cc.req.onHead != nil {
+					cc.req.onHead(rs.code)
+				}
 				if cc.req.farDeadline {
 					uc.c.SetReadDeadline(time.Now().Add(clientCheck))
 				}

@@ -98,23 +98,37 @@ func (s *Server) serveConn(c *net.TCPConn) {
 		c.Close()
 		return
 	}
+	s.run(cc, cc.Serve)
+}
+
+// run serves tracked connection cc with serve, recovering a panic; then
+// it parks cc (Conn.Park), hands the connection serve returned off, or
+// closes it.
+func (s *Server) run(cc *Conn, serve func() net.Conn) {
 	var out net.Conn
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error(fmt.Errorf("panic: %v", r), "recovered serving a connection", "stack", string(debug.Stack()))
 			out = nil
+			cc.parkThen = nil
 			if up := cc.upstream.Load(); up != nil {
 				up.Close()
 			}
 			cc.abortBody() // its goroutine reads cc.br: done before release
 		}
 		s.track(cc, false)
+		if then := cc.parkThen; then != nil {
+			cc.parkThen = nil
+			cc.suspend()
+			then(cc)
+			return
+		}
 		cc.release()
 		if out == nil || !s.handOff(out) {
-			c.Close()
+			cc.c.Close()
 		}
 	}()
-	out = cc.Serve()
+	out = serve()
 }
 
 func (s *Server) track(cc *Conn, add bool) bool {
