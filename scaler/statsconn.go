@@ -12,8 +12,8 @@ import (
 
 // statsConn is a kept-alive HTTP/1.1 connection to one sidecar's admin port,
 // used by one reader at a time. It speaks just enough HTTP for GET /stats: a
-// request prebuilt once and sidecarapi.ReadStatsResponse, a strict reader bounded in
-// bytes (fuzzed against net/http), all within one deadline. net/http's
+// request prebuilt once and sidecarapi.ReadStatsResponse, a strict reader
+// bounded in bytes (fuzzed against net/http), all within one deadline. net/http's
 // Transport costs two goroutines, a channel hand-off each way and ~20 KiB
 // per connection, which at 5,000 sidecars a second is most of the scaler's
 // CPU and memory; this costs a write, a read and 512 bytes. Whatever a pod

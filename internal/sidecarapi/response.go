@@ -51,8 +51,8 @@ func refuse(reason, format string, a ...any) error {
 }
 
 // ReadStatsResponse reads one response to GET StatsPath from br and copies
-// its body into body, returning the body's length and whether the connection may
-// carry another request. It reads no more than MaxHead bytes of head and
+// its body into body, returning the body's length and whether the
+// connection may carry another request. It reads no more than MaxHead bytes of head and
 // len(body) (at most MaxBody) bytes of body, plus the chunk framing of at
 // most len(body) chunks; br's buffer must hold a whole line (512 bytes is
 // plenty: a longer line is refused as too_long).
