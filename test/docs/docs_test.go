@@ -27,7 +27,7 @@ import (
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
-var update = flag.Bool("update", false, "rewrite the flag lists of docs/configuration.md from the binaries' usage")
+var update = flag.Bool("update", false, "rewrite the flag lists and the chart values table of docs/configuration.md from the binaries' usage and charts/ebb/values.yaml")
 
 // read returns a file of the repository, by its slash-separated path.
 func read(t *testing.T, name string) string {
@@ -83,41 +83,56 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestChartValues: the chart values table of docs/configuration.md has a
-// row for every key of charts/ebb/values.yaml (a value that is not a map,
-// or an empty map), and no row for a key the chart does not have.
+// TestChartValues: the chart values table of docs/configuration.md is
+// ValuesTable of charts/ebb/values.yaml (a row for every key, with its
+// default and comment). With -update it rewrites the table:
+//
+//	go test ./test/docs -run TestChartValues -update
 func TestChartValues(t *testing.T) {
-	var values map[string]any
-	if err := yaml.Unmarshal([]byte(read(t, "charts/ebb/values.yaml")), &values); err != nil {
+	const name = "docs/configuration.md"
+	values := read(t, "charts/ebb/values.yaml")
+	var parsed map[string]any
+	if err := yaml.Unmarshal([]byte(values), &parsed); err != nil {
 		t.Fatal(err)
 	}
-	leaves, all := map[string]bool{}, map[string]bool{}
+	want := ValuesTable(values)
+	// Every key yaml sees is a row: the line-based reading missed none.
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {
 		for k, v := range m {
-			p := prefix + k
-			all[p] = true
 			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
-				walk(p+".", sub)
-				continue
+				walk(prefix+k+".", sub)
+			} else if !strings.Contains(want, "\n| `"+prefix+k+"` |") {
+				t.Errorf("ValuesTable has no row for %s", prefix+k)
 			}
-			leaves[p] = true
 		}
 	}
-	walk("", values)
-	doc := section(t, read(t, "docs/configuration.md"), "## Chart values")
-	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z0-9_.]+)` \\|").FindAllStringSubmatch(doc, -1) {
-		documented[m[1]] = true
+	walk("", parsed)
+
+	doc := read(t, name)
+	sec := section(t, doc, "## Chart values")
+	start := strings.Index(sec, "| key | default | what |\n")
+	if start < 0 {
+		t.Fatalf("%s: no table under \"## Chart values\"", name)
 	}
-	if len(leaves) == 0 || len(documented) == 0 {
-		t.Fatalf("found %d values and %d documented", len(leaves), len(documented))
+	end := start
+	for _, l := range strings.SplitAfter(sec[start:], "\n") {
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		end += len(l)
 	}
-	if missing := diff(leaves, documented); len(missing) > 0 {
-		t.Errorf("values.yaml has keys the chart values table of docs/configuration.md lacks: %q", missing)
+	got := sec[start:end]
+	if got == want {
+		return
 	}
-	if stale := diff(documented, all); len(stale) > 0 {
-		t.Errorf("the chart values table of docs/configuration.md has keys values.yaml lacks: %q", stale)
+	if !*update {
+		t.Fatalf("%s: the chart values table is not charts/ebb/values.yaml's; run go test ./test/docs -run TestChartValues -update\n%s", name, lineDiff(got, want))
+	}
+	i := strings.Index(doc, sec)
+	doc = doc[:i+start] + want + doc[i+end:]
+	if err := os.WriteFile(filepath.Join(repo.MustRoot(t), name), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
