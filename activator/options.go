@@ -29,7 +29,7 @@ const (
 
 // Options configure one activator replica. Fill them with ParseOptions.
 type Options struct {
-	APIGroupSuffix   string
+	GroupSuffix      string
 	Listen           string // data port: held and forwarded requests
 	AdminListen      string // /healthz, /readyz, /metrics, /routing
 	Kubeconfig       string // empty: in-cluster configuration
@@ -76,7 +76,7 @@ type Options struct {
 func DefaultOptions() Options {
 	host, _ := os.Hostname()
 	return Options{
-		APIGroupSuffix:    groupsuffix.Default,
+		GroupSuffix:       groupsuffix.Default,
 		Listen:            ":8080",
 		AdminListen:       ":8081",
 		QueueSize:         proxy.DefaultQueueSize,
@@ -121,7 +121,7 @@ func (o *Options) Complete() {
 
 // Bind adds the activator's flags to s.
 func (o *Options) Bind(s *options.Set) {
-	s.String(&o.APIGroupSuffix, "api-group-suffix", "group suffix of this ebb instance")
+	s.String(&o.GroupSuffix, "api-group-suffix", "group suffix of this ebb instance")
 	s.String(&o.Listen, "listen", "address of the data port")
 	s.String(&o.AdminListen, "admin-listen", "address of /healthz, /readyz, /metrics and /routing")
 	s.Kubeconfig(&o.Kubeconfig)
@@ -160,7 +160,7 @@ const MaxColdStartTimeout = 15 * time.Minute
 func (o Options) Validate() error {
 	var problems []error
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
-	if _, err := groupsuffix.New(o.APIGroupSuffix); err != nil {
+	if _, err := groupsuffix.New(o.GroupSuffix); err != nil {
 		bad("--api-group-suffix: %w", err)
 	}
 	for name, addr := range map[string]string{"--listen": o.Listen, "--admin-listen": o.AdminListen} {

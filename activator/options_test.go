@@ -14,7 +14,7 @@ func TestParseOptionsFlagsEnvDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{o.QueueSize, o.ColdStartTimeout, o.HandoffPort, o.ScalerAddresses, o.PodName, o.APIGroupSuffix}
+	got := []any{o.QueueSize, o.ColdStartTimeout, o.HandoffPort, o.ScalerAddresses, o.PodName, o.GroupSuffix}
 	want := []any{70, 30 * time.Second, 9000, []string{"10.0.0.1:9090", "10.0.0.2:9090"}, "act-0", "team1.example.com"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)

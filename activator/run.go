@@ -38,7 +38,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	names := groupsuffix.MustNew(opts.APIGroupSuffix)
+	names := groupsuffix.MustNew(opts.GroupSuffix)
 	log := logroute.Setup("ebb-activator", opts.Log).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix(), "pool", opts.Pool)
 
 	rc, err := kubeclient.Config(opts.Kubeconfig)

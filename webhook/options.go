@@ -35,8 +35,8 @@ const (
 
 // Options configure one ebb-webhook process. Fill them with ParseOptions.
 type Options struct {
-	// APIGroupSuffix names this instance (default ebb.dev).
-	APIGroupSuffix string
+	// GroupSuffix names this instance (default ebb.dev).
+	GroupSuffix string
 	// Kubeconfig is a kubeconfig path; empty means $KUBECONFIG, in-cluster,
 	// then ~/.kube/config (controller-runtime's rules).
 	Kubeconfig string
@@ -100,7 +100,7 @@ func DefaultOptions() Options {
 		return ""
 	}
 	return Options{
-		APIGroupSuffix:         groupsuffix.Default,
+		GroupSuffix:            groupsuffix.Default,
 		WebhookPort:            9443,
 		CertDir:                "/var/run/ebb/tls",
 		CertName:               "tls.crt",
@@ -137,7 +137,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 
 // Bind adds the webhook's flags to s.
 func (o *Options) Bind(s *options.Set) {
-	s.String(&o.APIGroupSuffix, "api-group-suffix", "API group suffix naming this instance")
+	s.String(&o.GroupSuffix, "api-group-suffix", "API group suffix naming this instance")
 	s.Kubeconfig(&o.Kubeconfig)
 	s.String(&o.WebhookHost, "webhook-host", "address the admission server binds (empty: all)")
 	s.Int(&o.WebhookPort, "webhook-port", "port of the admission server")
@@ -174,7 +174,7 @@ func (o *Options) Bind(s *options.Set) {
 func (o *Options) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if _, err := groupsuffix.New(o.APIGroupSuffix); err != nil {
+	if _, err := groupsuffix.New(o.GroupSuffix); err != nil {
 		add("--api-group-suffix: %w", err)
 	}
 	if o.WebhookPort < 1 || o.WebhookPort > 65535 {

@@ -48,7 +48,7 @@ func TestFlagsFallBackToEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []string{o.APIGroupSuffix, o.Namespace, o.SidecarDrainTimeout.String(), strings.Join(o.ExtraSANs, "|"), o.SidecarImage}
+	got := []string{o.GroupSuffix, o.Namespace, o.SidecarDrainTimeout.String(), strings.Join(o.ExtraSANs, "|"), o.SidecarImage}
 	want := []string{"team1.example.com", "ebb-team1", "7s", "127.0.0.1|webhook.local", "img:1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)

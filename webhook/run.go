@@ -31,7 +31,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("invalid options:\n%w", err)
 	}
-	names := groupsuffix.MustNew(opts.APIGroupSuffix) // checked by Validate
+	names := groupsuffix.MustNew(opts.GroupSuffix) // checked by Validate
 	log := logroute.Setup("ebb-webhook", opts.Log).WithValues("suffix", names.Suffix())
 
 	restCfg, err := restConfig(opts)

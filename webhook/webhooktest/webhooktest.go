@@ -161,7 +161,7 @@ func StartInstance(env *Env, suffix string, failurePolicy admissionregistrationv
 	}
 
 	opts := webhook.DefaultOptions()
-	opts.APIGroupSuffix = suffix
+	opts.GroupSuffix = suffix
 	opts.RESTConfig = env.Config
 	opts.WebhookHost, opts.WebhookPort, opts.CertDir = wio.LocalServingHost, wio.LocalServingPort, wio.LocalServingCertDir
 	opts.MetricsAddr, opts.HealthAddr = "0", "0"
@@ -252,7 +252,7 @@ func StartSelfSignedInstance(env *Env, suffix, namespace string, failurePolicy a
 		return nil, fmt.Errorf("cert dir: %w", err)
 	}
 	opts := webhook.DefaultOptions()
-	opts.APIGroupSuffix = suffix
+	opts.GroupSuffix = suffix
 	opts.RESTConfig = env.Config
 	opts.TLSMode = webhook.TLSSelfSigned
 	opts.Namespace = namespace

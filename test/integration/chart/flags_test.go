@@ -59,8 +59,8 @@ func TestArgsParse(t *testing.T) {
 			if o.Log != wantLog || !o.LeaderElect {
 				t.Errorf("activator logs %+v (want %+v), leader election %v", o.Log, wantLog, o.LeaderElect)
 			}
-			if o.APIGroupSuffix != suffix || o.ScalerService != r.namespace+"/"+prefix+"-scaler:grpc" {
-				t.Errorf("activator suffix %q, scaler service %q", o.APIGroupSuffix, o.ScalerService)
+			if o.GroupSuffix != suffix || o.ScalerService != r.namespace+"/"+prefix+"-scaler:grpc" {
+				t.Errorf("activator suffix %q, scaler service %q", o.GroupSuffix, o.ScalerService)
 			}
 			if got := containerPort(t, d, "http"); o.HandoffPort != got {
 				t.Errorf("activator hands off on port %d, its container port http is %d", o.HandoffPort, got)
@@ -121,8 +121,8 @@ func TestArgsParse(t *testing.T) {
 			if o.Log != wantLog {
 				t.Errorf("webhook logs %+v, want %+v", o.Log, wantLog)
 			}
-			if o.APIGroupSuffix != suffix || o.WebhookPort != containerPort(t, d, "webhook") {
-				t.Errorf("webhook suffix %q, port %d", o.APIGroupSuffix, o.WebhookPort)
+			if o.GroupSuffix != suffix || o.WebhookPort != containerPort(t, d, "webhook") {
+				t.Errorf("webhook suffix %q, port %d", o.GroupSuffix, o.WebhookPort)
 			}
 			if o.Namespace == "" || !o.LeaderElect {
 				t.Errorf("webhook namespace %q, leader election %v", o.Namespace, o.LeaderElect)
