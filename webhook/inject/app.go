@@ -40,7 +40,7 @@ const (
 	MaxPaths            = 64
 	MaxRouteLabels      = 16
 	MaxQueueSize        = 1_000_000
-	MaxColdStartTimeout = 15 * time.Minute
+	MaxColdStartTimeout = 15 * time.Minute // the activator's --cold-start-timeout ceiling too (activator.MaxColdStartTimeout)
 	MaxDrainTimeout     = 10 * time.Minute
 	// MaxResponseHeaderTimeout: longer than any live app needs for a
 	// response head (a longer job streams, or answers at once).
