@@ -188,8 +188,7 @@ activator.pools, whose keys override activator.*'s. A JSON list of
 {{- end -}}
 
 {{/* Selector labels of an activator pool's pods: (list . "default"). The
-default pool keeps the activator's selector of before pools (a Deployment's
-selector cannot change); the others carry the pool's name. */}}
+default pool's are the activator's own; the others carry the pool's name. */}}
 {{- define "ebb.activatorPoolSelector" -}}
 {{- $ := index . 0 -}}
 {{- $pool := index . 1 -}}

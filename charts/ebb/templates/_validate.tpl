@@ -45,9 +45,45 @@ crash-loops a pod. Rendered from templates/validate.yaml.
 {{- end -}}
 {{- end -}}
 
-{{- define "ebb.validate" -}}
+{{/* Seconds, rounded up, in a Go duration string, as an int. */}}
+{{- define "ebb.durationSeconds" -}}
+{{- divf (include "ebb.durationNanos" . | float64) 1000000000.0 | ceil | int -}}
+{{- end -}}
+
+{{/*
+Values that were renamed: setting one fails, naming its new name, before
+anything else is checked. Each entry: (list <values holding it> <key of
+those values> <old name> <new name> <what the new value is>).
+*/}}
+{{- define "ebb.renamed" -}}
 {{- $v := .Values -}}
-{{- include "ebb.durationWithin" (list $v.activator.coldStartTimeout "activator.coldStartTimeout" "1ms" "1h" "ebb-activator --cold-start-timeout") -}}
+{{- $renamed := list
+  (list $v.activator "activator" "drainTimeoutSeconds" "drainTimeout" "a Go duration, e.g. 30s")
+  (list $v.webhook "webhook" "timeoutSeconds" "timeout" "a Go duration of whole seconds, e.g. 5s")
+  (list $v.federation "federation" "healthPort" "adminPort" "a port number, e.g. 8081") -}}
+{{- range $p := $v.activator.pools -}}
+{{- $renamed = append $renamed (list $p (printf "activator.pools[%v]" $p.name) "drainTimeoutSeconds" "drainTimeout" "a Go duration, e.g. 30s") -}}
+{{- end -}}
+{{- $problems := list -}}
+{{- range $renamed -}}
+{{- $values := index . 0 | default dict -}}
+{{- $key := index . 1 -}}
+{{- $old := index . 2 -}}
+{{- $new := index . 3 -}}
+{{- if hasKey $values $old -}}
+{{- $problems = append $problems (printf "%s.%s was renamed %s.%s (%s)" $key $old $key $new (index . 4)) -}}
+{{- end -}}
+{{- end -}}
+{{- with $problems -}}
+{{- fail (join "; " .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ebb.validate" -}}
+{{- include "ebb.renamed" . -}}
+{{- $v := .Values -}}
+{{- include "ebb.durationWithin" (list $v.activator.coldStartTimeout "activator.coldStartTimeout" "1ms" "15m" "ebb-activator --cold-start-timeout") -}}
+{{- include "ebb.durationWithin" (list $v.activator.drainTimeout "activator.drainTimeout" "0s" "1h" "ebb-activator --drain-timeout") -}}
 {{- include "ebb.durationWithin" (list $v.sidecar.drainTimeout "sidecar.drainTimeout" "0s" "10m" "ebb-webhook --sidecar-drain-timeout") -}}
 {{- include "ebb.durationWithin" (list $v.scaler.tick "scaler.tick" "10ms" "1m" "ebb-scaler --tick") -}}
 {{- if $v.federation.enabled -}}
@@ -67,7 +103,8 @@ crash-loops a pod. Rendered from templates/validate.yaml.
 {{- fail (printf "activator.pools: %q listed twice" $pool.name) -}}
 {{- end -}}
 {{- $_ := set $seen $pool.name true -}}
-{{- include "ebb.durationWithin" (list $pool.values.coldStartTimeout (printf "%s.coldStartTimeout" $key) "1ms" "1h" "ebb-activator --cold-start-timeout") -}}
+{{- include "ebb.durationWithin" (list $pool.values.coldStartTimeout (printf "%s.coldStartTimeout" $key) "1ms" "15m" "ebb-activator --cold-start-timeout") -}}
+{{- include "ebb.durationWithin" (list $pool.values.drainTimeout (printf "%s.drainTimeout" $key) "0s" "1h" "ebb-activator --drain-timeout") -}}
 {{- if lt (int $pool.values.maxHeld) (int $pool.values.queueSize) -}}
 {{- fail (printf "%s.maxHeld %d: must be at least its queueSize (%d)" $key (int $pool.values.maxHeld) (int $pool.values.queueSize)) -}}
 {{- end -}}

@@ -47,7 +47,7 @@ func TestServerSideDryRun(t *testing.T) {
 		{name: "team1", namespace: "team1-ebb", sets: []string{"groupSuffix=team1.example.com", "certManager.enabled=false", "scaler.tls.enabled=true",
 			"serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true", "networkPolicy.enabled=true", "networkPolicy.namespaces={shop}"}},
 		{name: "corp", namespace: "corp-ebb", sets: []string{"groupSuffix=corp.example.com", "certManager.issuerRef.name=corp-ca",
-			"certManager.issuerRef.kind=ClusterIssuer", "webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=2", "webhook.replicas=1"}},
+			"certManager.issuerRef.kind=ClusterIssuer", "webhook.failurePolicy=Ignore", "webhook.timeout=2s", "webhook.replicas=1"}},
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			for _, ns := range []string{r.namespace, "shop", "keda"} {

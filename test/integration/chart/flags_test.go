@@ -25,7 +25,8 @@ var flagReleases = []release{
 	{name: "team1", namespace: "team1-ebb", sets: []string{"groupSuffix=team1.example.com", "certManager.enabled=false",
 		"logFormat=text", "logLevel=debug", "scaler.port=9191", "activator.port=8888", "sidecar.adminPort=9022",
 		"sidecar.resources.limits.cpu=1", "activator.coldStartTimeout=30s", "activator.queueSize=50", "activator.maxHeld=500",
-		"activator.pools[0].name=gold", "activator.pools[0].maxHeld=900", "activator.pools[0].routeSelector.matchLabels.tier=gold"}},
+		"activator.pools[0].name=gold", "activator.pools[0].maxHeld=900", "activator.pools[0].routeSelector.matchLabels.tier=gold",
+		"activator.drainTimeout=45s", "webhook.adminPort=9081", "webhook.metricsPort=9080"}},
 }
 
 // TestArgsParse runs each Deployment's args and env through the binary's

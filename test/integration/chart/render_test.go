@@ -362,8 +362,10 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"groupSuffix=" + strings.Repeat("a", 170) + ".io", "groupSuffix"},
 		{"groupSuffix=", "groupSuffix"},
 		{"webhook.failurePolicy=Sometimes", "failurePolicy"},
-		{"webhook.timeoutSeconds=10", "timeoutSeconds"},
-		{"webhook.timeoutSeconds=0", "timeoutSeconds"},
+		{"webhook.timeout=10s", "timeout"},
+		{"webhook.timeout=0s", "timeout"},
+		{"webhook.timeout=1.5s", "timeout"},
+		{"webhook.timeout=5", "timeout"},
 		{"webhook.certCheckInterval=5s", "certCheckInterval"},
 		{"webhook.certCheckInterval=0.5m", "certCheckInterval"},
 		{"webhook.replicas=0", "replicas"},
@@ -398,7 +400,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 			t.Errorf("--set %s: the error does not mention %q:\n%s", tc.set, tc.mention, stderr)
 		}
 	}
-	for _, set := range []string{"groupSuffix=team1.example.com", "groupSuffix=a.b", "webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=1",
+	for _, set := range []string{"groupSuffix=team1.example.com", "groupSuffix=a.b", "webhook.failurePolicy=Ignore", "webhook.timeout=1s",
 		"sidecar.resources.limits.cpu=500m", "certManager.issuerRef.name=corp-ca", "activator.coldStartTimeout=1m30s",
 		"webhook.certCheckInterval=1m", "webhook.certCheckInterval=90s", "webhook.certCheckInterval=2h30m",
 		"activator.pools[0].name=gold,activator.pools[0].replicas=1,activator.pools[0].routeSelector.matchLabels.tier=gold"} {
