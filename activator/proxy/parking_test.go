@@ -194,24 +194,3 @@ func TestHeldHTTP10(t *testing.T) {
 		t.Errorf("got %q", b)
 	}
 }
-
-// Shutdown waits for held requests, then closes those still held.
-func TestShutdownClosesHeldAfterDeadline(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
-	c := dialRaw(t, url)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
-	waitHeld(t, dp, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	dp.Shutdown(ctx)
-	if took := time.Since(start); took < 100*time.Millisecond {
-		t.Errorf("Shutdown returned after %s, before its deadline, with a request held", took)
-	}
-	if dp.Held() != 0 {
-		t.Errorf("held %d after Shutdown", dp.Held())
-	}
-	if n, err := c.Read(make([]byte, 1)); err == nil {
-		t.Errorf("the held connection is still open (read %d bytes)", n)
-	}
-}

@@ -139,20 +139,52 @@ func (s *Server) janitor() {
 	}
 }
 
+// CloseAfterResponses begins an activator's drain: the data port keeps
+// accepting (kube-proxy may still send it new connections), but every
+// response closes its connection, so that keep-alive clients reconnect,
+// to whoever serves the Service now. Shutdown ends the drain.
+func (s *Server) CloseAfterResponses() {
+	s.h1.CloseAfterResponses()
+	s.srv.SetKeepAlivesEnabled(false)
+}
+
 func (s *Server) beginStop() {
 	s.stopped.Do(func() { close(s.stop) })
 	s.h1.Stop()
 }
 
-// Shutdown stops accepting, waits (until ctx ends) for the requests in
-// flight on the engine's connections, then shuts the net/http server down
-// (http.Server.Shutdown). Held requests are the Router's: call
-// Router.Shutdown after this.
+// Shutdown stops accepting and waits until every request the data port
+// took has been answered: the requests in flight on its connections
+// (proxied, or held in a handler) and the Router's held and released
+// ones (Router.Shutdown). When ctx ends first, the requests still held
+// are answered 503 with Retry-After (Router.Shutdown), and the
+// connections left are cut answerGrace later. It returns ctx's error if
+// it had to answer or cut anything.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
-	s.h1.Shutdown(ctx)
-	err := s.srv.Shutdown(ctx)
+	held := make(chan error, 1)
+	go func() { held <- s.d.Shutdown(ctx) }()
+	// The connections wait for the Router's 503s past ctx's end.
+	cut, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(answerGrace, cancel) })
+	defer stop()
+	err := s.h1.Shutdown(cut)
+	if e := s.srv.Shutdown(cut); e != nil {
+		s.srv.Close()
+		if err == nil {
+			err = e
+		}
+	}
 	s.ln.Close()
+	if e := <-held; err == nil {
+		err = e
+	}
+	// A connection that ended after the Router's last look may have left a
+	// request held or released: no connection is left to bring another.
+	if e := s.d.Shutdown(ctx); err == nil {
+		err = e
+	}
 	return err
 }
 

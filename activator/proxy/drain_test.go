@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ebb-dev/ebb/internal/routing"
+)
+
+// slowApp answers "ok" after delay.
+func slowApp(t *testing.T, delay time.Duration) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(delay)
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// drainRig is rigProtocols returning the data port's Server too, whose
+// Shutdown is the activator's once it stops accepting.
+func drainRig(t *testing.T, opts RouterOptions, h2c bool) (*Server, *Router, string) {
+	t.Helper()
+	dp := NewRouter(opts)
+	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}}, nil)
+	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	if h2c {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := NewServer(dp, srv)
+	go ds.Serve(ln)
+	t.Cleanup(func() { ds.Close() })
+	t.Cleanup(dp.Close)
+	return ds, dp, "http://" + ln.Addr().String()
+}
+
+// rawResponse reads one response from c: its status, Retry-After and
+// body, or the error that ended it ("EOF" for a cut connection).
+func rawResponse(c net.Conn) string {
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "error reading the body: " + err.Error()
+	}
+	ra := resp.Header.Get("Retry-After")
+	if ra != "" {
+		ra = " Retry-After: " + ra
+	}
+	return fmt.Sprintf("%d%s %s", resp.StatusCode, ra, b)
+}
+
+// Requests held when Shutdown begins and released while it runs (the app
+// became ready) get the app's answer: Shutdown returns only once they
+// have it, and closes none of their connections first. An activator that
+// finished its drain as soon as it held nothing closed the connections
+// it had just released (clients got EOF: the upgrade of issue 32).
+func TestReleasedRequestsInFlightAtShutdownAreAnswered(t *testing.T) {
+	const n = 100
+	app := slowApp(t, 300*time.Millisecond)
+	ds, dp, url := drainRig(t, RouterOptions{}, false)
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = dialRaw(t, url)
+		io.WriteString(conns[i], "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+	}
+	waitHeld(t, dp, n)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	shutdown := make(chan time.Time, 1)
+	go func() {
+		ds.Shutdown(ctx)
+		shutdown <- time.Now()
+	}()
+	time.Sleep(50 * time.Millisecond) // Shutdown waits for the held requests
+	released := time.Now()
+	dp.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
+
+	got := make([]string, n)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { got[i] = rawResponse(c) })
+	}
+	wg.Wait()
+	want := make([]string, n)
+	for i := range want {
+		want[i] = "200 ok"
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("answers of the requests released during Shutdown (-want +got):\n%s", d)
+	}
+	select {
+	case end := <-shutdown:
+		if took := end.Sub(released); took < 300*time.Millisecond {
+			t.Errorf("Shutdown returned %s after the release, before the app answered (300 ms)", took.Round(time.Millisecond))
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Shutdown did not return 5 s after every released request was answered")
+	}
+}
+
+// A request still held when Shutdown's context ends (the activator must
+// exit before the app is ready or the request's cold-start timeout) is
+// answered 503 with Retry-After, never a cut connection; HTTP/1.1 (held in
+// the engine) and h2c (held in its handler) alike.
+func TestHeldAtShutdownDeadlineGets503WithRetryAfter(t *testing.T) {
+	t.Run("http1", func(t *testing.T) {
+		ds, dp, url := drainRig(t, RouterOptions{}, false)
+		c := dialRaw(t, url)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+		waitHeld(t, dp, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		go ds.Shutdown(ctx)
+		got := rawResponse(c)
+		want := "503 Retry-After: 1 ebb-activator: this activator is shutting down and app shop/hello has no ready pod yet; retry\n"
+		if got != want {
+			t.Errorf("held request at Shutdown's deadline: got %q, want %q", got, want)
+		}
+		if took := time.Since(start); took < 200*time.Millisecond {
+			t.Errorf("answered after %s, before Shutdown's deadline", took.Round(time.Millisecond))
+		}
+		if dp.Held() != 0 {
+			t.Errorf("held %d after Shutdown", dp.Held())
+		}
+	})
+	t.Run("h2c", func(t *testing.T) {
+		ds, dp, url := drainRig(t, RouterOptions{ColdStartTimeout: 5 * time.Second}, true)
+		tr := &http.Transport{Protocols: new(http.Protocols)}
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		t.Cleanup(tr.CloseIdleConnections)
+		type result struct {
+			proto, got string
+		}
+		done := make(chan result, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+			req.Host = "hello.test"
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				done <- result{"", "error: " + err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			done <- result{resp.Proto, fmt.Sprintf("%d Retry-After: %s %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)}
+		}()
+		waitHeld(t, dp, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		go ds.Shutdown(ctx)
+		var res result
+		select {
+		case res = <-done:
+		case <-time.After(3 * time.Second):
+			t.Fatal("no answer 3 s after Shutdown's deadline")
+		}
+		want := result{"HTTP/2.0", "503 Retry-After: 1 ebb-activator: this activator is shutting down and app shop/hello has no ready pod yet; retry\n"}
+		if res != want {
+			t.Errorf("held h2c request at Shutdown's deadline: got %+v, want %+v", res, want)
+		}
+	})
+}
