@@ -28,8 +28,9 @@ func (cc *Conn) Park(then func(*Conn)) bool {
 }
 
 // suspend lets go of what a parked Conn does not need: its read buffer
-// (the bytes buffered past the head are kept aside), its scratch buffers
-// and the raw head (a parked request is never handed off).
+// (the bytes buffered past the head are kept aside), its scratch buffers,
+// the raw head (a parked request is never handed off) and the spare
+// capacity of the head for the app.
 func (cc *Conn) suspend() {
 	if n := cc.br.Buffered(); n > 0 {
 		b, _ := cc.br.Peek(n)
@@ -37,7 +38,8 @@ func (cc *Conn) suspend() {
 	}
 	cc.release()
 	cc.resp, cc.chunk, cc.line = nil, nil, nil
-	cc.req.raw = nil
+	cc.req.raw, cc.req.xff = nil, nil
+	cc.out = bytes.Clone(cc.out)
 }
 
 // unsuspend gives a resumed Conn a read buffer again, holding the bytes

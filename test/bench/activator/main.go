@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,16 +56,18 @@ func main() {
 	trials := flag.Int("trials", 30, "sidecar-ready trials")
 	wakes := flag.Int("wakes", 200, "wake-signal trials")
 	hold := flag.Int("hold", 10000, "requests held at once for the RSS figure")
+	release := flag.Int("release", 5000, "requests held, then released at once, for the release figure (each takes an activator socket to the client and one to the app)")
+	baseline := flag.String("baseline", "", "this program built from an earlier commit (its child mode runs that build's activator): every held-request figure is measured for both builds in one run, side by side")
 	port := flag.Int("port", 19500, "first loopback port used")
-	smoke := flag.Bool("smoke", false, "check that the bench still runs end to end, in seconds: -duration 1s -rounds 1 -trials 2 -wakes 10 -hold 200")
+	smoke := flag.Bool("smoke", false, "check that the bench still runs end to end, in seconds: -duration 1s -rounds 1 -trials 2 -wakes 10 -hold 200 -release 100")
 	flag.Parse()
 	if *smoke {
-		*duration, *rounds, *trials, *wakes, *hold = time.Second, 1, 2, 10, 200
+		*duration, *rounds, *trials, *wakes, *hold, *release = time.Second, 1, 2, 10, 200, 100
 	}
-	if *duration <= 0 || *duration > time.Minute || *rounds < 1 || *rounds > 9 || *trials < 1 || *trials > 200 || *wakes < 1 || *wakes > 2000 || *hold < 1 || *hold > 15000 {
-		log.Fatal("out of bounds: 0 < -duration <= 1m, -rounds 1..9, -trials 1..200, -wakes 1..2000, -hold 1..15000")
+	if *duration <= 0 || *duration > time.Minute || *rounds < 1 || *rounds > 9 || *trials < 1 || *trials > 200 || *wakes < 1 || *wakes > 2000 || *hold < 1 || *hold > 15000 || *release < 1 || *release > 8000 {
+		log.Fatal("out of bounds: 0 < -duration <= 1m, -rounds 1..9, -trials 1..200, -wakes 1..2000, -hold 1..15000, -release 1..8000")
 	}
-	if err := run(*duration, *rounds, *trials, *wakes, *hold, *port); err != nil {
+	if err := run(config{*duration, *rounds, *trials, *wakes, *hold, *release, *port, *baseline}); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -187,7 +190,34 @@ func waitHTTP(url string, want int, timeout time.Duration) error {
 	return fmt.Errorf("%s did not answer %d within %s", url, want, timeout)
 }
 
-func run(duration time.Duration, rounds, trials, wakes, hold, base int) error {
+// config is the bench's flags.
+type config struct {
+	duration                    time.Duration
+	rounds, trials, wakes, hold int
+	release, base               int
+	baseline                    string
+}
+
+// figures are one build's measurements.
+type figures struct {
+	direct, through  float64 // req/s
+	wake, ready, rel []time.Duration
+	idleRSS, heldRSS float64 // MiB
+}
+
+// rig is what every build is measured against: the app, the holdpush
+// server, the cold app's admin endpoint (not ready until flipped).
+type rig struct {
+	dir       string
+	changes   chan change
+	push      *holdpush.Server
+	coldReady atomic.Bool
+	ps        *procs
+}
+
+func addr(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+
+func run(c config) error {
 	dir, err := binDir()
 	if err != nil {
 		return err
@@ -201,82 +231,118 @@ func run(duration time.Duration, rounds, trials, wakes, hold, base int) error {
 	}
 	var ps procs
 	defer ps.stopAll()
-	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
-	appPort, actPort, pushPort := base, base+1, base+2
+	appPort, pushPort, coldAdmin := c.base, c.base+2, c.base+3
+	r := &rig{dir: dir, ps: &ps, changes: make(chan change, 4*max(c.hold, c.release)+16)}
 
 	// The holdpush server: the scaler's side, recording when counts change.
-	changes := make(chan change, 4*hold+16)
-	srv := holdpush.NewServer(holdpush.ServerOptions{OnChange: func(app holdpush.App, held int64) {
+	r.push = holdpush.NewServer(holdpush.ServerOptions{OnChange: func(app holdpush.App, held int64) {
 		if app.Name == "cold" {
 			select {
-			case changes <- change{time.Now(), held}:
+			case r.changes <- change{time.Now(), held}:
 			default:
 			}
 		}
 	}})
 	gs := grpc.NewServer()
-	srv.Register(gs)
+	r.push.Register(gs)
 	ln, err := net.Listen("tcp", addr(pushPort))
 	if err != nil {
 		return err
 	}
 	go gs.Serve(ln)
 	defer gs.Stop()
+	// The cold app's sidecar admin port, as the activator probes it: 503
+	// until the release figure flips it.
+	aln, err := net.Listen("tcp", addr(coldAdmin))
+	if err != nil {
+		return err
+	}
+	admin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if r.coldReady.Load() {
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})}
+	go admin.Serve(aln)
+	defer admin.Close()
 
 	if _, err := ps.start(filepath.Join(dir, "ebb-test-app"), "--listen="+addr(appPort)); err != nil {
 		return err
 	}
-	cfg := childConfig{Listen: addr(actPort), Scaler: addr(pushPort), Apps: []childApp{
+	if err := waitHTTP("http://"+addr(appPort)+"/", 200, 10*time.Second); err != nil {
+		return err
+	}
+	this, err := r.measure(c, self, c.base+1, appPort, coldAdmin)
+	if err != nil {
+		return fmt.Errorf("this build: %w", err)
+	}
+	var base *figures
+	if c.baseline != "" {
+		if base, err = r.measure(c, c.baseline, c.base+4, appPort, coldAdmin); err != nil {
+			return fmt.Errorf("baseline build: %w", err)
+		}
+	}
+	report(c, this, base)
+	return nil
+}
+
+// measure starts the activator of build bin (its child mode) on port and
+// takes every figure of it.
+func (r *rig) measure(c config, bin string, actPort, appPort, coldAdmin int) (*figures, error) {
+	f := &figures{}
+	r.coldReady.Store(false)
+	cfg := childConfig{Listen: addr(actPort), Scaler: addr(c.base + 2), Apps: []childApp{
 		{Name: "warm", Host: "warm.test", Endpoints: []proxy.Endpoint{{Addr: addr(appPort), Ready: true}}},
-		{Name: "cold", Host: "cold.test", QueueSize: hold},
+		{Name: "cold", Host: "cold.test", QueueSize: max(c.hold, c.release), Endpoints: []proxy.Endpoint{{Addr: addr(appPort), AdminAddr: addr(coldAdmin)}}},
 	}}
-	probeBase := base + 10
-	for i := range trials {
+	probeBase := c.base + 10
+	for i := range c.trials {
 		d, a := probeBase+3*i, probeBase+3*i+1
 		cfg.Apps = append(cfg.Apps, childApp{Name: fmt.Sprintf("probe-%d", i), Host: fmt.Sprintf("probe-%d.test", i),
 			Endpoints: []proxy.Endpoint{{Addr: addr(d), AdminAddr: addr(a)}}})
 	}
 	cfgFile, err := os.CreateTemp("", "ebb-bench-activator-*.json")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.Remove(cfgFile.Name())
 	if err := json.NewEncoder(cfgFile).Encode(cfg); err != nil {
-		return err
+		return nil, err
 	}
 	cfgFile.Close()
-	act, err := ps.start(self, "child", cfgFile.Name())
+	act, err := r.ps.start(bin, "child", cfgFile.Name())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := waitHTTP("http://"+addr(appPort)+"/", 200, 10*time.Second); err != nil {
-		return err
-	}
+	defer stop(act)
 	if err := waitHTTP("http://"+addr(actPort)+"/", 404, 10*time.Second); err != nil {
-		return err
+		return nil, err
+	}
+	// Counts of an earlier build's activator, gone now.
+	for len(r.changes) > 0 {
+		<-r.changes
 	}
 
 	// 1. Warm forwarding ÷ direct, interleaved rounds, medians.
 	var direct, through []float64
-	for range rounds {
-		r, err := wrkRPS(duration, addr(appPort), "")
+	for range c.rounds {
+		v, err := wrkRPS(c.duration, addr(appPort), "")
 		if err != nil {
-			return err
+			return nil, err
 		}
-		direct = append(direct, r)
-		r, err = wrkRPS(duration, addr(actPort), "warm.test")
+		direct = append(direct, v)
+		v, err = wrkRPS(c.duration, addr(actPort), "warm.test")
 		if err != nil {
-			return err
+			return nil, err
 		}
-		through = append(through, r)
+		through = append(through, v)
 	}
-	dMed, tMed := median(direct), median(through)
+	f.direct, f.through = median(direct), median(through)
 
 	// 2. First held request → wake signal at the holdpush server.
 	// Let the push stream connect first.
 	time.Sleep(300 * time.Millisecond)
-	var wakeLat []time.Duration
-	for range wakes {
+	for range c.wakes {
 		ctx, cancel := context.WithCancel(context.Background())
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr(actPort)+"/", nil)
 		req.Host = "cold.test"
@@ -286,28 +352,27 @@ func run(duration time.Duration, rounds, trials, wakes, hold, base int) error {
 				resp.Body.Close()
 			}
 		}()
-		got, err := awaitHeld(changes, func(n int64) bool { return n >= 1 }, 5*time.Second)
+		got, err := awaitHeld(r.changes, func(n int64) bool { return n >= 1 }, 5*time.Second)
 		if err != nil {
 			cancel()
-			return fmt.Errorf("wake signal: %w", err)
+			return nil, fmt.Errorf("wake signal: %w", err)
 		}
-		wakeLat = append(wakeLat, got.Sub(t0))
+		f.wake = append(f.wake, got.Sub(t0))
 		cancel()
-		if _, err := awaitHeld(changes, func(n int64) bool { return n == 0 }, 5*time.Second); err != nil {
-			return fmt.Errorf("held back to 0 after the client left: %w", err)
+		if _, err := awaitHeld(r.changes, func(n int64) bool { return n == 0 }, 5*time.Second); err != nil {
+			return nil, fmt.Errorf("held back to 0 after the client left: %w", err)
 		}
 	}
 
 	// 3. Sidecar ready → first held request answered.
-	var readyLat []time.Duration
-	for i := range trials {
+	for i := range c.trials {
 		d, a, u := probeBase+3*i, probeBase+3*i+1, probeBase+3*i+2
-		sc, err := ps.start(filepath.Join(dir, "ebb-sidecar"), "--listen="+addr(d), "--admin-listen="+addr(a), "--upstream="+addr(u), "--log-level=error")
+		sc, err := r.ps.start(filepath.Join(r.dir, "ebb-sidecar"), "--listen="+addr(d), "--admin-listen="+addr(a), "--upstream="+addr(u), "--log-level=error")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := waitHTTP("http://"+addr(a)+"/ready", 503, 5*time.Second); err != nil {
-			return err
+			return nil, err
 		}
 		answered := make(chan time.Time, 1)
 		go func() {
@@ -322,15 +387,15 @@ func run(duration time.Duration, rounds, trials, wakes, hold, base int) error {
 			close(answered)
 		}()
 		time.Sleep(50 * time.Millisecond) // the request is held and probing
-		appCmd, err := ps.start(filepath.Join(dir, "ebb-test-app"), "--listen="+addr(u))
+		appCmd, err := r.ps.start(filepath.Join(r.dir, "ebb-test-app"), "--listen="+addr(u))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// When did the sidecar turn ready? Poll its /ready every 1 ms.
 		var readyAt time.Time
-		c := &http.Client{Timeout: 100 * time.Millisecond}
+		hc := &http.Client{Timeout: 100 * time.Millisecond}
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if resp, err := c.Get("http://" + addr(a) + "/ready"); err == nil {
+			if resp, err := hc.Get("http://" + addr(a) + "/ready"); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == 200 {
 					readyAt = time.Now()
@@ -341,57 +406,132 @@ func run(duration time.Duration, rounds, trials, wakes, hold, base int) error {
 		select {
 		case at, ok := <-answered:
 			if !ok || readyAt.IsZero() {
-				return fmt.Errorf("trial %d: held request not answered 200 (sidecar ready: %v)", i, !readyAt.IsZero())
+				return nil, fmt.Errorf("trial %d: held request not answered 200 (sidecar ready: %v)", i, !readyAt.IsZero())
 			}
-			readyLat = append(readyLat, max(0, at.Sub(readyAt)))
+			f.ready = append(f.ready, max(0, at.Sub(readyAt)))
 		case <-time.After(10 * time.Second):
-			return fmt.Errorf("trial %d: held request not answered within 10s of the sidecar turning ready", i)
+			return nil, fmt.Errorf("trial %d: held request not answered within 10s of the sidecar turning ready", i)
 		}
 		stop(appCmd)
 		stop(sc)
 	}
 
 	// 4. RSS holding `hold` requests at once.
-	idleRSS, _ := rssMiB(act.Process.Pid)
-	conns, err := openHeld(addr(actPort), "cold.test", hold)
+	f.idleRSS, _ = rssMiB(act.Process.Pid)
+	conns, err := openHeld(addr(actPort), "cold.test", c.hold)
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	if _, err := awaitHeld(r.changes, func(n int64) bool { return n == int64(c.hold) }, 30*time.Second); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("holding %d: %w (activator holds %d)", c.hold, err, r.push.Held(holdpush.App{Namespace: "bench", Name: "cold"}))
+	}
+	time.Sleep(500 * time.Millisecond)
+	act.Process.Signal(syscall.SIGUSR1)
+	time.Sleep(100 * time.Millisecond)
+	f.heldRSS, err = rssMiB(act.Process.Pid)
+	closeAll()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := awaitHeld(r.changes, func(n int64) bool { return n == 0 }, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("held back to 0 after %d clients left: %w", c.hold, err)
+	}
+
+	// 5. `release` held requests released at once (the cold app's /ready
+	// turns 200): from then to each answer.
+	conns, err = openHeld(addr(actPort), "cold.test", c.release)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := awaitHeld(changes, func(n int64) bool { return n == int64(hold) }, 30*time.Second); err != nil {
-		return fmt.Errorf("holding %d: %w (activator holds %d)", hold, err, srv.Held(holdpush.App{Namespace: "bench", Name: "cold"}))
+	if _, err := awaitHeld(r.changes, func(n int64) bool { return n == int64(c.release) }, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("holding %d: %w", c.release, err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	act.Process.Signal(syscall.SIGUSR1)
-	time.Sleep(100 * time.Millisecond)
-	heldRSS, err := rssMiB(act.Process.Pid)
-	if err != nil {
-		return err
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed error
+	t0 := time.Now()
+	r.coldReady.Store(true)
+	for _, conn := range conns {
+		wg.Go(func() {
+			conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			at := time.Since(t0)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					err = fmt.Errorf("released request answered %d", resp.StatusCode)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && failed == nil {
+				failed = err
+			}
+			f.rel = append(f.rel, at)
+		})
 	}
+	wg.Wait()
+	r.coldReady.Store(false)
+	if failed != nil {
+		return nil, failed
+	}
+	return f, nil
+}
 
-	ratio := tMed / dMed
-	wp50, wp99 := pct(wakeLat, 50), pct(wakeLat, 99)
-	rp50, rp99 := pct(readyLat, 50), pct(readyLat, 99)
+// report prints the figures of this build, and of the baseline build
+// beside them when there is one.
+func report(c config, this, base *figures) {
 	ok := func(b bool) string {
 		if b {
 			return "yes"
 		}
 		return "**no**"
 	}
-	fmt.Printf("\n### Activator (%d CPUs, wrk c=64 %s × %d rounds, median)\n\n", runtimeCPUs(), duration, rounds)
-	fmt.Println("| figure | measured | target | met |")
-	fmt.Println("|---|---|---|---|")
-	fmt.Printf("| app direct | %.0f req/s | — | — |\n", dMed)
-	fmt.Printf("| warm, through the activator | %.0f req/s | — | — |\n", tMed)
-	fmt.Printf("| warm through ÷ direct (c=64) | %.2f | ≥ 0.40 | %s |\n", ratio, ok(ratio >= 0.40))
-	fmt.Printf("| sidecar ready → held request answered (%d trials) | p50 %s, p99 %s | p99 ≤ 50 ms | %s |\n", len(readyLat), ms(rp50), ms(rp99), ok(rp99 <= 50*time.Millisecond))
-	fmt.Printf("| activator RSS idle → holding %d requests | %.1f → %.1f MiB | ≤ 100 MiB | %s |\n", hold, idleRSS, heldRSS, ok(heldRSS <= 100))
-	fmt.Printf("| first held request → wake signal at holdpush server (%d trials) | p50 %s, p99 %s | p99 ≤ 20 ms | %s |\n", len(wakeLat), ms(wp50), ms(wp99), ok(wp99 <= 20*time.Millisecond))
-	return nil
+	fmt.Printf("\n### Activator (%d CPUs, wrk c=64 %s × %d rounds, median)\n\n", runtimeCPUs(), c.duration, c.rounds)
+	if base == nil {
+		fmt.Println("| figure | measured | target | met |")
+		fmt.Println("|---|---|---|---|")
+	} else {
+		fmt.Println("| figure | this build | baseline build | this ÷ baseline | target | met |")
+		fmt.Println("|---|---|---|---|---|---|")
+	}
+	row := func(name string, v func(*figures) string, ratio func(*figures) float64, target string, met func(*figures) bool) {
+		if base == nil {
+			fmt.Printf("| %s | %s | %s | %s |\n", name, v(this), target, ok(met(this)))
+			return
+		}
+		fmt.Printf("| %s | %s | %s | %.2f | %s | %s |\n", name, v(this), v(base), ratio(this)/ratio(base), target, ok(met(this)))
+	}
+	row("app direct", func(f *figures) string { return fmt.Sprintf("%.0f req/s", f.direct) }, func(f *figures) float64 { return f.direct }, "—", func(*figures) bool { return true })
+	row("warm, through the activator", func(f *figures) string { return fmt.Sprintf("%.0f req/s", f.through) }, func(f *figures) float64 { return f.through }, "—", func(*figures) bool { return true })
+	row("warm through ÷ direct (c=64)", func(f *figures) string { return fmt.Sprintf("%.2f", f.through/f.direct) }, func(f *figures) float64 { return f.through / f.direct }, "≥ 0.40", func(f *figures) bool { return f.through/f.direct >= 0.40 })
+	row(fmt.Sprintf("sidecar ready → held request answered (%d trials), p50 / p99", c.trials),
+		func(f *figures) string { return ms(pct(f.ready, 50)) + " / " + ms(pct(f.ready, 99)) },
+		func(f *figures) float64 { return float64(pct(f.ready, 99)) }, "p99 ≤ 50 ms", func(f *figures) bool { return pct(f.ready, 99) <= 50*time.Millisecond })
+	row(fmt.Sprintf("%d held requests released at once → answered, p50 / p99", c.release),
+		func(f *figures) string { return ms(pct(f.rel, 50)) + " / " + ms(pct(f.rel, 99)) },
+		func(f *figures) float64 { return float64(pct(f.rel, 99)) }, "—", func(*figures) bool { return true })
+	row(fmt.Sprintf("activator RSS idle → holding %d requests", c.hold),
+		func(f *figures) string { return fmt.Sprintf("%.1f → %.1f MiB", f.idleRSS, f.heldRSS) },
+		func(f *figures) float64 { return f.heldRSS }, "≤ 100 MiB", func(f *figures) bool { return f.heldRSS <= 100 })
+	row("memory per held request (RSS growth ÷ held)",
+		func(f *figures) string { return fmt.Sprintf("%.2f KiB", (f.heldRSS-f.idleRSS)*1024/float64(c.hold)) },
+		func(f *figures) float64 { return f.heldRSS - f.idleRSS }, "—", func(*figures) bool { return true })
+	row(fmt.Sprintf("first held request → wake signal at holdpush server (%d trials), p50 / p99", c.wakes),
+		func(f *figures) string { return ms(pct(f.wake, 50)) + " / " + ms(pct(f.wake, 99)) },
+		func(f *figures) float64 { return float64(pct(f.wake, 99)) }, "p99 ≤ 20 ms", func(f *figures) bool { return pct(f.wake, 99) <= 20*time.Millisecond })
 }
 
 type change struct {
