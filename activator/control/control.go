@@ -103,7 +103,7 @@ func New(rc *rest.Config, c Config, table Table, reg prometheus.Registerer, onSc
 		}
 	}
 	bind := &binder{cfg: c, cache: mgr.GetCache()}
-	ho := &handoff{cfg: c, names: c.Names, log: log.WithName("handoff"), kube: kube, src: src, bind: bind, published: handoffSlices, adminPort: c.AdminPort}
+	ho := &handoff{cfg: c, names: c.Names, log: log.WithName("handoff"), kube: kube, src: src, bind: bind, published: handoffSlices}
 	prop := &propagation{names: c.Names, log: log.WithName("propagation"), dyn: dyn, src: src, bind: bind, pool: c.Pool, adminPort: c.AdminPort, client: &http.Client{Timeout: 2 * time.Second}}
 	watched := append([]client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(c)...)
 	l := &Loops{mgr: mgr, src: src, log: log}
@@ -116,7 +116,7 @@ func New(rc *rest.Config, c Config, table Table, reg prometheus.Registerer, onSc
 		if err != nil {
 			return nil, fmt.Errorf("propagation controller: %w", err)
 		}
-		return []manager.Runnable{h, p, manager.RunnableFunc(ho.watchPeers)}, nil
+		return []manager.Runnable{h, p}, nil
 	}
 
 	tableLoop, err := newLoop(mgr, "routing-table", src, 0, &routingv1alpha1.AppRoute{}, &routingv1alpha1.DomainClaim{}, &corev1.Service{}, &discoveryv1.EndpointSlice{})
@@ -127,7 +127,7 @@ func New(rc *rest.Config, c Config, table Table, reg prometheus.Registerer, onSc
 		return nil, fmt.Errorf("routing-table controller: %w", err)
 	}
 	if c.LeaderElect {
-		l.lead = &leadership{kube: kube, cfg: c, log: log, src: src, retry: make(chan struct{}, 1), adminPort: c.AdminPort}
+		l.lead = &leadership{kube: kube, cfg: c, log: log, src: src, changed: make(chan struct{}, 1)}
 		if err := ctrl.NewControllerManagedBy(mgr).Named("activator-lease").For(&corev1.Pod{}).
 			WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(l.lead); err != nil {
 			return nil, fmt.Errorf("lease controller: %w", err)

@@ -11,4 +11,44 @@
 //     phases on the API server and record the last one in the AppRoute.
 //
 // It imports package proxy only for the types the table is made of.
+//
+// # Who writes the hand-off slices, and what they list
+//
+// What a slice means. A hand-off slice lists the activators an app's
+// clients may be sent to. It lists exactly the pool's activator pods that
+// the API server shows as able to serve: not being deleted, Running,
+// Ready, every container running and ready (canServe). That is the
+// kubelet's word: it runs the pod, sees its process exit (its PLEG relist,
+// every second) and probes its readiness, and writes what it saw into the
+// pod's status. It is what the EndpointSlice controller publishes for every
+// Service, so an activator is in a hand-off slice exactly when a Service
+// selecting it would route to it.
+//
+// One writer at a time. The replica that holds the pool's Lease
+// (client-go's leader election) writes the slices; a replica campaigns
+// only while it can serve itself and steps down (releasing the Lease) when
+// it cannot. Any replica that can serve deletes the Lease of a holder whose
+// pod cannot serve or is gone, again on the kubelet's word only, with the
+// Lease's resourceVersion as a precondition, and campaigns at once.
+// Election alone cannot keep a crashed holder's term short: its Lease
+// lasts LeaseDuration (15 s) after its last renewal, during which nobody
+// would take a crashed replica out of the slices; the kubelet reports the
+// crash within about a second.
+//
+// Why that is safe. The Lease is an economy, not the safety: whoever
+// writes — the holder, or, for a moment after a release, an old holder
+// that has not seen it yet — computes the slices from the same API state
+// by the same function (decide), so concurrent writers converge to the
+// same content, and none ever removes an activator the kubelet reports
+// able to serve. No replica's own observation of another (a refused or
+// timed-out connection, a missed answer) is evidence: a network policy, a
+// partition between two replicas or a full accept queue refuse as a crash
+// does, and a replica that two others cannot reach may still be reachable
+// by the clients kube-proxy sends to it. A replica partitioned from the
+// API server cannot write at all; one partitioned from its peers changes
+// nothing.
+//
+// decide (decide.go) is that argument as code, the one place that says who
+// campaigns, steps down or releases a Lease and which activators the
+// slices list; its table test is TestDecide.
 package control

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,16 +48,13 @@ type handoff struct {
 	bind      *binder
 	published prometheus.Gauge // MetricHandoffSlices
 
-	adminPort int // every replica's
-
-	mu sync.Mutex // one reconcileAll at a time: the loop's and watchPeers'
+	mu sync.Mutex // one reconcileAll at a time
 	// handingOver: since when a slice of this pool has been kept for a
 	// route another pool now admits, until that pool's slice can serve.
 	handingOver map[string]time.Time
-	// gone are the pool's replicas whose admin port refused connections on
-	// two checks in a row (their process crashed, the kubelet may not know
-	// yet): left out of the slices. refusals counts each one's checks.
-	gone, refusals map[string]int
+	// backoff spaces the writes of a slice whose last write failed.
+	backoff writeBackoff
+	now     func() time.Time // time.Now; a test's clock
 }
 
 // handoverGrace bounds how long a pool keeps the hand-off slice of a route
@@ -68,71 +63,27 @@ type handoff struct {
 const handoverGrace = 30 * time.Second
 
 // Reconcile publishes or removes every hand-off slice at once, on each
-// change and every 10 s; after a failure, again within a second.
+// change and every 10 s; a slice whose write failed is written again when
+// its back-off has passed (1 s, doubling up to 30 s), not on every change.
 func (h *handoff) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	if err := h.reconcileAll(ctx); err != nil {
+	err := h.reconcileAll(ctx)
+	if err != nil {
 		h.log.Error(err, "endpoint hand-off: some slices not reconciled; retrying")
-		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	after := 10 * time.Second
+	if next, ok := h.backoff.next(); ok {
+		after = min(after, max(next.Sub(h.clock()), 10*time.Millisecond))
+	} else if err != nil {
+		after = time.Second
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
 }
 
-// peerCheck is how often the elected replica checks that its fellow
-// replicas' processes still listen.
-const peerCheck = 100 * time.Millisecond
-
-// watchPeers checks, every peerCheck while this replica leads, each ready
-// fellow replica's admin port; one that refuses twice in a row (a crashed
-// process: its pod and address stay, nothing listens) is left out of
-// every hand-off slice at once, before the kubelet's relist and status
-// write make it not Ready; one that listens again is put back.
-func (h *handoff) watchPeers(ctx context.Context) error {
-	tick := time.NewTicker(peerCheck)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		pods, err := h.src.activatorPods(ctx)
-		if err != nil {
-			continue
-		}
-		changed := false
-		h.mu.Lock()
-		if h.refusals == nil {
-			h.gone, h.refusals = map[string]int{}, map[string]int{}
-		}
-		for i := range pods {
-			p := &pods[i]
-			if p.Name == h.cfg.PodName || p.Status.PodIP == "" || !podReady(p) {
-				delete(h.refusals, p.Name)
-				continue
-			}
-			if refused(net.JoinHostPort(p.Status.PodIP, strconv.Itoa(h.adminPort))) {
-				h.refusals[p.Name]++
-			} else {
-				h.refusals[p.Name] = 0
-			}
-			_, wasGone := h.gone[p.Name]
-			switch isGone := h.refusals[p.Name] >= 2; {
-			case isGone && !wasGone:
-				h.gone[p.Name] = 1
-				changed = true
-				h.log.Info("activator replica refuses connections: out of the hand-off slices", "replica", p.Name)
-			case !isGone && wasGone:
-				delete(h.gone, p.Name)
-				changed = true
-			}
-		}
-		h.mu.Unlock()
-		if changed {
-			if err := h.reconcileAll(ctx); err != nil && ctx.Err() == nil {
-				h.log.Error(err, "endpoint hand-off after a replica's crash: some slices not reconciled")
-			}
-		}
+func (h *handoff) clock() time.Time {
+	if h.now != nil {
+		return h.now()
 	}
+	return time.Now()
 }
 
 func (h *handoff) reconcileAll(ctx context.Context) error {
@@ -155,6 +106,7 @@ func (h *handoff) reconcileAll(ctx context.Context) error {
 			wanted[r.Namespace+"/"+name] = true
 		}
 	}
+	h.backoff.keep(wanted)
 	// Our slices whose AppRoute is gone or no longer wants one.
 	published := 0
 	var ours discoveryv1.EndpointSliceList
@@ -220,7 +172,12 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 		return name, err
 	}
 	if cur, ok := h.current(ctx, r.Namespace, name); ok && sameSlice(cur, want) {
+		h.backoff.succeeded(r.Namespace + "/" + name)
 		return name, nil
+	}
+	key, now := r.Namespace+"/"+name, h.clock()
+	if !h.backoff.due(key, now) {
+		return name, nil // its last write failed: tried again when its back-off has passed
 	}
 	body, err := json.Marshal(want)
 	if err != nil {
@@ -229,8 +186,10 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 	force := true
 	_, err = h.kube.DiscoveryV1().EndpointSlices(r.Namespace).Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
 	if err != nil {
-		return name, fmt.Errorf("apply hand-off slice %s/%s: %w", r.Namespace, name, err)
+		wait := h.backoff.failed(key, now)
+		return name, fmt.Errorf("apply hand-off slice %s/%s (next try in %v): %w", r.Namespace, name, wait, err)
 	}
+	h.backoff.succeeded(key)
 	h.log.Info("hand-off slice published", "namespace", r.Namespace, "service", svc.Name, "slice", name, "activators", len(want.Endpoints))
 	return name, nil
 }
@@ -331,9 +290,10 @@ func (h *handoff) desired(ctx context.Context, r *routingv1alpha1.AppRoute, svc 
 	if err != nil {
 		return nil, err
 	}
+	listed := decide(view{self: h.cfg.PodName, pods: pods}).listed
 	for i := range pods {
 		p := &pods[i]
-		if _, gone := h.gone[p.Name]; gone || !podReady(p) || p.DeletionTimestamp != nil || p.Status.PodIP == "" || strings.Contains(p.Status.PodIP, ":") {
+		if _, ok := slices.BinarySearch(listed, p.Name); !ok {
 			continue
 		}
 		ep := discoveryv1.Endpoint{
@@ -383,16 +343,4 @@ func (h *handoff) delete(ctx context.Context, sl *discoveryv1.EndpointSlice, why
 	}
 	h.log.Info("hand-off slice removed", "namespace", sl.Namespace, "service", sl.Labels[discoveryv1.LabelServiceName], "slice", sl.Name, "why", why)
 	return nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -1,23 +1,15 @@
 package control
 
 import (
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"context"
-	"errors"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/types"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -25,31 +17,29 @@ import (
 )
 
 // leadership elects the replica that writes the hand-off slices and the
-// Propagated conditions: one writer at a time, always a replica that can
-// serve. A replica campaigns only while its own pod is Ready and steps down
-// when it is not; any replica releases the Lease of a holder whose pod is
-// gone or not Ready (its process crashed or hangs: the kubelet says so), and
-// the others campaign again at once, so a new holder drops the old one from
-// every hand-off slice within a few API round trips of the kubelet's report
-// instead of a lease duration.
+// Propagated conditions, with client-go's leader election on the pool's
+// Lease, and follows decide (decide.go, where the safety argument is): a
+// replica campaigns only while the API server shows its pod able to
+// serve, and steps down when it does not; a replica that can serve
+// releases the Lease of a holder whose pod cannot serve or is gone (its
+// process crashed or hangs: the kubelet says so) and campaigns again at
+// once, so a new holder drops the old one from every hand-off slice
+// within a few API round trips of the kubelet's report instead of a lease
+// duration. Nothing a replica sees of another over the network counts.
 type leadership struct {
 	kube    kubernetes.Interface
 	cfg     Config
 	log     logr.Logger
 	src     *sources      // its cache holds this instance's activator pods
-	retry   chan struct{} // a holder was released: campaign again now
+	changed chan struct{} // an activator pod changed or went: decide now
 	leading atomic.Bool
-	// adminPort is every replica's admin port; refusals counts the checks
-	// in a row that found the holder's refusing connections.
-	adminPort int
-	refusals  int
 }
 
-// readyPoll is how often a replica looks at its own pod's readiness (in its
-// informer's cache) while it waits to campaign or leads.
-const readyPoll = 100 * time.Millisecond
+// decidePoll is how often a replica decides again without a pod event
+// (the election reads the Lease's holder every RetryPeriod).
+const decidePoll = 100 * time.Millisecond
 
-// run campaigns while the replica is ready, runs the controllers loops
+// run campaigns while the replica can serve, runs the controllers loops
 // returns (the hand-off and propagation controllers) while it holds the
 // Lease, until ctx ends.
 func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, error)) {
@@ -58,14 +48,15 @@ func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, 
 		Client:     l.kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: l.cfg.PodName},
 	}
-	tick := time.NewTicker(readyPoll)
+	tick := time.NewTicker(decidePoll)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		if !l.selfReady(ctx) {
+		if !l.decide(ctx, "").campaign {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			case <-l.changed:
 			}
 			continue
 		}
@@ -110,21 +101,18 @@ func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, 
 				select {
 				case <-campaign.Done():
 					return
-				case <-l.retry:
-					if !l.leading.Load() {
-						return // campaign again now: the holder was released
-					}
 				case <-tick.C:
-					if !l.selfReady(ctx) {
-						if l.leading.Load() {
-							l.log.Info("this replica is not ready: stepping down")
-						}
-						return
+				case <-l.changed:
+				}
+				d := l.decide(campaign, le.GetLeader())
+				if d.stepDown || !d.campaign {
+					if l.leading.Load() {
+						l.log.Info("this replica cannot serve: stepping down")
 					}
-					if !l.leading.Load() && l.holderGone(ctx, le.GetLeader()) &&
-						releaseLeaseOf(ctx, l.kube, l.cfg, l.log, le.GetLeader(), "its admin port refuses connections: its process is gone") {
-						return // campaign again now
-					}
+					return
+				}
+				if d.release != "" && releaseLeaseOf(campaign, l.kube, l.cfg, l.log, d.release, d.why) {
+					return // campaign again now
 				}
 			}
 		}()
@@ -133,87 +121,27 @@ func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, 
 	}
 }
 
-// holderGone reports whether the Lease holder's process is gone: its
-// pod's admin port refused a connection on two checks in a row (a crash
-// leaves the pod and its address, with nothing listening). It sees a
-// crash before the kubelet's next relist and status write do, and a slow
-// or hung holder is left to the kubelet's probes (no refusal).
-func (l *leadership) holderGone(ctx context.Context, holder string) bool {
-	if holder == "" || holder == l.cfg.PodName {
-		l.refusals = 0
-		return false
+// decide is decide on this replica's view: its cache's activator pods of
+// the pool, and holder, the Lease's holder as the election last read it.
+func (l *leadership) decide(ctx context.Context, holder string) decision {
+	v := view{self: l.cfg.PodName, holder: holder, leading: l.leading.Load()}
+	pods, err := l.src.activatorPods(ctx)
+	if err != nil {
+		// The cache cannot be read: keep what is (campaign, release nobody).
+		return decision{campaign: true}
 	}
-	var p corev1.Pod
-	if err := l.src.cache.Get(ctx, types.NamespacedName{Namespace: l.cfg.PodNamespace, Name: holder}, &p); err != nil || p.Status.PodIP == "" {
-		l.refusals = 0
-		return false
-	}
-	if refused(net.JoinHostPort(p.Status.PodIP, strconv.Itoa(l.adminPort))) {
-		l.refusals++
-	} else {
-		l.refusals = 0
-	}
-	return l.refusals >= 2
+	v.pods = pods
+	return decide(v)
 }
 
-// refused reports whether a TCP connection to addr is refused (nothing
-// listens there); a timeout or success is not.
-func refused(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err == nil {
-		c.Close()
-		return false
-	}
-	return errors.Is(err, syscall.ECONNREFUSED)
-}
-
-// selfReady reports whether this replica's pod is Ready; a replica that
-// does not find its pod (not run in one) counts as ready.
-func (l *leadership) selfReady(ctx context.Context) bool {
-	var p corev1.Pod
-	if err := l.src.cache.Get(ctx, types.NamespacedName{Namespace: l.cfg.PodNamespace, Name: l.cfg.PodName}, &p); err != nil {
-		return true
-	}
-	return podReady(&p) && p.DeletionTimestamp == nil
-}
-
-// Reconcile sees each activator pod of the instance change or go, and
-// releases the Lease when that pod is its holder's and cannot serve.
-func (l *leadership) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var p corev1.Pod
-	switch err := l.src.cache.Get(ctx, req.NamespacedName, &p); {
-	case apierrors.IsNotFound(err):
-		l.releaseIfHolderCannotServe(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}, true)
-	case err != nil:
-		return reconcile.Result{}, err
+// Reconcile sees each activator pod of the instance change or go, and has
+// run decide at once.
+func (l *leadership) Reconcile(context.Context, reconcile.Request) (reconcile.Result, error) {
+	select {
+	case l.changed <- struct{}{}:
 	default:
-		l.releaseIfHolderCannotServe(ctx, &p, false)
 	}
 	return reconcile.Result{}, nil
-}
-
-// releaseIfHolderCannotServe deletes the instance's Lease when obj is the
-// pod of its holder, not this replica, and that pod is deleted or not
-// Ready; then it makes this replica campaign again at once. A holder that
-// stops gracefully releases the Lease itself.
-func (l *leadership) releaseIfHolderCannotServe(ctx context.Context, obj any, deleted bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj, deleted = d.Obj, true
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Name == l.cfg.PodName || (!deleted && podReady(pod) && pod.DeletionTimestamp == nil) {
-		return
-	}
-	why := "its pod is gone"
-	if !deleted {
-		why = "its pod is not ready"
-	}
-	if releaseLeaseOf(ctx, l.kube, l.cfg, l.log, pod.Name, why) {
-		select {
-		case l.retry <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // releaseLeaseOf deletes the instance's Lease if holder holds it; it
