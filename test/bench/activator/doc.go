@@ -13,8 +13,9 @@
 //     200) → each answered, p50 and p99.
 //
 // With -baseline, the held-request figures of an earlier build are taken
-// in the same run, one build after the other against the same app,
-// holdpush server and sidecar, and printed beside this build's with the
+// in the same run, both activators running side by side against the same
+// app (each with its own holdpush server), every step taking each build in
+// turn in alternating order, and printed beside this build's with the
 // ratio this ÷ baseline. The baseline is this program built from the
 // earlier commit (its child mode is that build's activator):
 //

@@ -205,17 +205,19 @@ type figures struct {
 	idleRSS, heldRSS float64 // MiB
 }
 
-// rig is what every build is measured against: the app, the holdpush
-// server, the cold app's admin endpoint (not ready until flipped).
-type rig struct {
-	dir       string
-	changes   chan change
-	push      *holdpush.Server
-	coldReady atomic.Bool
-	ps        *procs
-}
-
 func addr(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+
+// build is one activator build under measurement, with its own holdpush
+// server (the scaler's side) and its cold app's sidecar admin port.
+type build struct {
+	name, bin                           string
+	actPort, pushPort, admin, probeBase int
+	changes                             chan change
+	push                                *holdpush.Server
+	coldReady                           atomic.Bool
+	act                                 *exec.Cmd
+	f                                   figures
+}
 
 func run(c config) error {
 	dir, err := binDir()
@@ -231,238 +233,282 @@ func run(c config) error {
 	}
 	var ps procs
 	defer ps.stopAll()
-	appPort, pushPort, coldAdmin := c.base, c.base+2, c.base+3
-	r := &rig{dir: dir, ps: &ps, changes: make(chan change, 4*max(c.hold, c.release)+16)}
-
-	// The holdpush server: the scaler's side, recording when counts change.
-	r.push = holdpush.NewServer(holdpush.ServerOptions{OnChange: func(app holdpush.App, held int64) {
-		if app.Name == "cold" {
-			select {
-			case r.changes <- change{time.Now(), held}:
-			default:
-			}
-		}
-	}})
-	gs := grpc.NewServer()
-	r.push.Register(gs)
-	ln, err := net.Listen("tcp", addr(pushPort))
-	if err != nil {
-		return err
-	}
-	go gs.Serve(ln)
-	defer gs.Stop()
-	// The cold app's sidecar admin port, as the activator probes it: 503
-	// until the release figure flips it.
-	aln, err := net.Listen("tcp", addr(coldAdmin))
-	if err != nil {
-		return err
-	}
-	admin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if r.coldReady.Load() {
-			return
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-	})}
-	go admin.Serve(aln)
-	defer admin.Close()
-
+	appPort := c.base
 	if _, err := ps.start(filepath.Join(dir, "ebb-test-app"), "--listen="+addr(appPort)); err != nil {
 		return err
 	}
 	if err := waitHTTP("http://"+addr(appPort)+"/", 200, 10*time.Second); err != nil {
 		return err
 	}
-	this, err := r.measure(c, self, c.base+1, appPort, coldAdmin)
-	if err != nil {
-		return fmt.Errorf("this build: %w", err)
-	}
-	var base *figures
+	builds := []*build{{name: "this", bin: self}}
 	if c.baseline != "" {
-		if base, err = r.measure(c, c.baseline, c.base+4, appPort, coldAdmin); err != nil {
-			return fmt.Errorf("baseline build: %w", err)
+		builds = append(builds, &build{name: "baseline", bin: c.baseline})
+	}
+	for i, b := range builds {
+		p := c.base + 1 + 4*i
+		b.actPort, b.pushPort, b.admin, b.probeBase = p, p+1, p+2, c.base+10+3*c.trials*i
+		stop, err := b.start(c, &ps, appPort)
+		if err != nil {
+			return fmt.Errorf("%s build: %w", b.name, err)
+		}
+		defer stop()
+	}
+	// Each step takes every build in turn, the order alternating, so that
+	// what else the machine does weighs on both alike.
+	each := func(i int, f func(b *build) error) error {
+		for k := range builds {
+			b := builds[(k+i)%len(builds)]
+			if err := f(b); err != nil {
+				return fmt.Errorf("%s build: %w", b.name, err)
+			}
+		}
+		return nil
+	}
+	// 1. Warm forwarding ÷ direct, interleaved rounds, medians.
+	direct := []float64{}
+	through := make([][]float64, len(builds))
+	for i := range c.rounds {
+		v, err := wrkRPS(c.duration, addr(appPort), "")
+		if err != nil {
+			return err
+		}
+		direct = append(direct, v)
+		for k := range builds {
+			k = (k + i) % len(builds)
+			v, err := wrkRPS(c.duration, addr(builds[k].actPort), "warm.test")
+			if err != nil {
+				return err
+			}
+			through[k] = append(through[k], v)
 		}
 	}
-	report(c, this, base)
+	for k, b := range builds {
+		b.f.direct, b.f.through = median(direct), median(through[k])
+	}
+	// 2. First held request → wake signal at the holdpush server.
+	time.Sleep(300 * time.Millisecond) // the push streams connect
+	for i := range c.wakes {
+		if err := each(i, (*build).wake); err != nil {
+			return err
+		}
+	}
+	// 3. Sidecar ready → first held request answered.
+	for i := range c.trials {
+		if err := each(i, func(b *build) error { return b.ready(&ps, dir, i) }); err != nil {
+			return err
+		}
+	}
+	// 4. RSS holding c.hold requests at once; 5. c.release requests
+	// released at once.
+	if err := each(0, func(b *build) error { return b.holdRSS(c.hold) }); err != nil {
+		return err
+	}
+	if err := each(1, func(b *build) error { return b.release(c.release) }); err != nil {
+		return err
+	}
+	var base *figures
+	if len(builds) > 1 {
+		base = &builds[1].f
+	}
+	report(c, &builds[0].f, base)
 	return nil
 }
 
-// measure starts the activator of build bin (its child mode) on port and
-// takes every figure of it.
-func (r *rig) measure(c config, bin string, actPort, appPort, coldAdmin int) (*figures, error) {
-	f := &figures{}
-	r.coldReady.Store(false)
-	cfg := childConfig{Listen: addr(actPort), Scaler: addr(c.base + 2), Apps: []childApp{
+// start starts b's holdpush server, its cold app's admin endpoint (503
+// until release flips it) and its activator; stop stops the servers.
+func (b *build) start(c config, ps *procs, appPort int) (stop func(), err error) {
+	b.changes = make(chan change, 4*max(c.hold, c.release)+16)
+	b.push = holdpush.NewServer(holdpush.ServerOptions{OnChange: func(app holdpush.App, held int64) {
+		if app.Name == "cold" {
+			select {
+			case b.changes <- change{time.Now(), held}:
+			default:
+			}
+		}
+	}})
+	gs := grpc.NewServer()
+	b.push.Register(gs)
+	ln, err := net.Listen("tcp", addr(b.pushPort))
+	if err != nil {
+		return nil, err
+	}
+	go gs.Serve(ln)
+	aln, err := net.Listen("tcp", addr(b.admin))
+	if err != nil {
+		gs.Stop()
+		return nil, err
+	}
+	admin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !b.coldReady.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})}
+	go admin.Serve(aln)
+	stop = func() {
+		gs.Stop()
+		admin.Close()
+	}
+	cfg := childConfig{Listen: addr(b.actPort), Scaler: addr(b.pushPort), Apps: []childApp{
 		{Name: "warm", Host: "warm.test", Endpoints: []proxy.Endpoint{{Addr: addr(appPort), Ready: true}}},
-		{Name: "cold", Host: "cold.test", QueueSize: max(c.hold, c.release), Endpoints: []proxy.Endpoint{{Addr: addr(appPort), AdminAddr: addr(coldAdmin)}}},
+		{Name: "cold", Host: "cold.test", QueueSize: max(c.hold, c.release), Endpoints: []proxy.Endpoint{{Addr: addr(appPort), AdminAddr: addr(b.admin)}}},
 	}}
-	probeBase := c.base + 10
 	for i := range c.trials {
-		d, a := probeBase+3*i, probeBase+3*i+1
+		d, a := b.probeBase+3*i, b.probeBase+3*i+1
 		cfg.Apps = append(cfg.Apps, childApp{Name: fmt.Sprintf("probe-%d", i), Host: fmt.Sprintf("probe-%d.test", i),
 			Endpoints: []proxy.Endpoint{{Addr: addr(d), AdminAddr: addr(a)}}})
 	}
 	cfgFile, err := os.CreateTemp("", "ebb-bench-activator-*.json")
 	if err != nil {
+		stop()
 		return nil, err
 	}
 	defer os.Remove(cfgFile.Name())
 	if err := json.NewEncoder(cfgFile).Encode(cfg); err != nil {
+		stop()
 		return nil, err
 	}
 	cfgFile.Close()
-	act, err := r.ps.start(bin, "child", cfgFile.Name())
+	if b.act, err = ps.start(b.bin, "child", cfgFile.Name()); err != nil {
+		stop()
+		return nil, err
+	}
+	if err := waitHTTP("http://"+addr(b.actPort)+"/", 404, 10*time.Second); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
+
+// wake sends one request to the cold app and times the held count
+// reaching the holdpush server; the client then leaves.
+func (b *build) wake() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr(b.actPort)+"/", nil)
+	req.Host = "cold.test"
+	t0 := time.Now()
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	got, err := awaitHeld(b.changes, func(n int64) bool { return n >= 1 }, 5*time.Second)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("wake signal: %w", err)
 	}
-	defer stop(act)
-	if err := waitHTTP("http://"+addr(actPort)+"/", 404, 10*time.Second); err != nil {
-		return nil, err
+	b.f.wake = append(b.f.wake, got.Sub(t0))
+	cancel()
+	if _, err := awaitHeld(b.changes, func(n int64) bool { return n == 0 }, 5*time.Second); err != nil {
+		return fmt.Errorf("held back to 0 after the client left: %w", err)
 	}
-	// Counts of an earlier build's activator, gone now.
-	for len(r.changes) > 0 {
-		<-r.changes
-	}
+	return nil
+}
 
-	// 1. Warm forwarding ÷ direct, interleaved rounds, medians.
-	var direct, through []float64
-	for range c.rounds {
-		v, err := wrkRPS(c.duration, addr(appPort), "")
-		if err != nil {
-			return nil, err
-		}
-		direct = append(direct, v)
-		v, err = wrkRPS(c.duration, addr(actPort), "warm.test")
-		if err != nil {
-			return nil, err
-		}
-		through = append(through, v)
-	}
-	f.direct, f.through = median(direct), median(through)
-
-	// 2. First held request → wake signal at the holdpush server.
-	// Let the push stream connect first.
-	time.Sleep(300 * time.Millisecond)
-	for range c.wakes {
-		ctx, cancel := context.WithCancel(context.Background())
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr(actPort)+"/", nil)
-		req.Host = "cold.test"
-		t0 := time.Now()
-		go func() {
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		got, err := awaitHeld(r.changes, func(n int64) bool { return n >= 1 }, 5*time.Second)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("wake signal: %w", err)
-		}
-		f.wake = append(f.wake, got.Sub(t0))
-		cancel()
-		if _, err := awaitHeld(r.changes, func(n int64) bool { return n == 0 }, 5*time.Second); err != nil {
-			return nil, fmt.Errorf("held back to 0 after the client left: %w", err)
-		}
-	}
-
-	// 3. Sidecar ready → first held request answered.
-	for i := range c.trials {
-		d, a, u := probeBase+3*i, probeBase+3*i+1, probeBase+3*i+2
-		sc, err := r.ps.start(filepath.Join(r.dir, "ebb-sidecar"), "--listen="+addr(d), "--admin-listen="+addr(a), "--upstream="+addr(u), "--log-level=error")
-		if err != nil {
-			return nil, err
-		}
-		if err := waitHTTP("http://"+addr(a)+"/ready", 503, 5*time.Second); err != nil {
-			return nil, err
-		}
-		answered := make(chan time.Time, 1)
-		go func() {
-			req, _ := http.NewRequest(http.MethodGet, "http://"+addr(actPort)+"/", nil)
-			req.Host = fmt.Sprintf("probe-%d.test", i)
-			resp, err := http.DefaultClient.Do(req)
-			if err == nil && resp.StatusCode == 200 {
-				resp.Body.Close()
-				answered <- time.Now()
-				return
-			}
-			close(answered)
-		}()
-		time.Sleep(50 * time.Millisecond) // the request is held and probing
-		appCmd, err := r.ps.start(filepath.Join(r.dir, "ebb-test-app"), "--listen="+addr(u))
-		if err != nil {
-			return nil, err
-		}
-		// When did the sidecar turn ready? Poll its /ready every 1 ms.
-		var readyAt time.Time
-		hc := &http.Client{Timeout: 100 * time.Millisecond}
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if resp, err := hc.Get("http://" + addr(a) + "/ready"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					readyAt = time.Now()
-					break
-				}
-			}
-		}
-		select {
-		case at, ok := <-answered:
-			if !ok || readyAt.IsZero() {
-				return nil, fmt.Errorf("trial %d: held request not answered 200 (sidecar ready: %v)", i, !readyAt.IsZero())
-			}
-			f.ready = append(f.ready, max(0, at.Sub(readyAt)))
-		case <-time.After(10 * time.Second):
-			return nil, fmt.Errorf("trial %d: held request not answered within 10s of the sidecar turning ready", i)
-		}
-		stop(appCmd)
-		stop(sc)
-	}
-
-	// 4. RSS holding `hold` requests at once.
-	f.idleRSS, _ = rssMiB(act.Process.Pid)
-	conns, err := openHeld(addr(actPort), "cold.test", c.hold)
-	closeAll := func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}
+// ready holds a request for probe app i, starts its sidecar's app and
+// times the answer from the sidecar turning ready.
+func (b *build) ready(ps *procs, dir string, i int) error {
+	d, a, u := b.probeBase+3*i, b.probeBase+3*i+1, b.probeBase+3*i+2
+	sc, err := ps.start(filepath.Join(dir, "ebb-sidecar"), "--listen="+addr(d), "--admin-listen="+addr(a), "--upstream="+addr(u), "--log-level=error")
 	if err != nil {
-		closeAll()
-		return nil, err
+		return err
 	}
-	if _, err := awaitHeld(r.changes, func(n int64) bool { return n == int64(c.hold) }, 30*time.Second); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("holding %d: %w (activator holds %d)", c.hold, err, r.push.Held(holdpush.App{Namespace: "bench", Name: "cold"}))
+	defer stop(sc)
+	if err := waitHTTP("http://"+addr(a)+"/ready", 503, 5*time.Second); err != nil {
+		return err
 	}
-	time.Sleep(500 * time.Millisecond)
-	act.Process.Signal(syscall.SIGUSR1)
-	time.Sleep(100 * time.Millisecond)
-	f.heldRSS, err = rssMiB(act.Process.Pid)
-	closeAll()
+	answered := make(chan time.Time, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr(b.actPort)+"/", nil)
+		req.Host = fmt.Sprintf("probe-%d.test", i)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil && resp.StatusCode == 200 {
+			resp.Body.Close()
+			answered <- time.Now()
+			return
+		}
+		close(answered)
+	}()
+	time.Sleep(50 * time.Millisecond) // the request is held and probing
+	appCmd, err := ps.start(filepath.Join(dir, "ebb-test-app"), "--listen="+addr(u))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := awaitHeld(r.changes, func(n int64) bool { return n == 0 }, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("held back to 0 after %d clients left: %w", c.hold, err)
+	defer stop(appCmd)
+	// When did the sidecar turn ready? Poll its /ready every 1 ms.
+	var readyAt time.Time
+	hc := &http.Client{Timeout: 100 * time.Millisecond}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if resp, err := hc.Get("http://" + addr(a) + "/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				readyAt = time.Now()
+				break
+			}
+		}
 	}
+	select {
+	case at, ok := <-answered:
+		if !ok || readyAt.IsZero() {
+			return fmt.Errorf("trial %d: held request not answered 200 (sidecar ready: %v)", i, !readyAt.IsZero())
+		}
+		b.f.ready = append(b.f.ready, max(0, at.Sub(readyAt)))
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("trial %d: held request not answered within 10s of the sidecar turning ready", i)
+	}
+	return nil
+}
 
-	// 5. `release` held requests released at once (the cold app's /ready
-	// turns 200): from then to each answer.
-	conns, err = openHeld(addr(actPort), "cold.test", c.release)
+// holdRSS reads the activator's RSS idle, then holding n requests.
+func (b *build) holdRSS(n int) error {
+	b.f.idleRSS, _ = rssMiB(b.act.Process.Pid)
+	conns, err := openHeld(addr(b.actPort), "cold.test", n)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := awaitHeld(r.changes, func(n int64) bool { return n == int64(c.release) }, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("holding %d: %w", c.release, err)
+	if _, err := awaitHeld(b.changes, func(h int64) bool { return h == int64(n) }, 30*time.Second); err != nil {
+		return fmt.Errorf("holding %d: %w (activator holds %d)", n, err, b.push.Held(holdpush.App{Namespace: "bench", Name: "cold"}))
+	}
+	time.Sleep(500 * time.Millisecond)
+	b.act.Process.Signal(syscall.SIGUSR1)
+	time.Sleep(100 * time.Millisecond)
+	if b.f.heldRSS, err = rssMiB(b.act.Process.Pid); err != nil {
+		return err
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if _, err := awaitHeld(b.changes, func(h int64) bool { return h == 0 }, 30*time.Second); err != nil {
+		return fmt.Errorf("held back to 0 after %d clients left: %w", n, err)
+	}
+	return nil
+}
+
+// release holds n requests, turns the cold app ready (its /ready answers
+// 200) and times each answer from then.
+func (b *build) release(n int) error {
+	conns, err := openHeld(addr(b.actPort), "cold.test", n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	if _, err := awaitHeld(b.changes, func(h int64) bool { return h == int64(n) }, 30*time.Second); err != nil {
+		return fmt.Errorf("holding %d: %w", n, err)
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var failed error
 	t0 := time.Now()
-	r.coldReady.Store(true)
+	b.coldReady.Store(true)
+	defer b.coldReady.Store(false)
 	for _, conn := range conns {
 		wg.Go(func() {
 			conn.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -479,15 +525,11 @@ func (r *rig) measure(c config, bin string, actPort, appPort, coldAdmin int) (*f
 			if err != nil && failed == nil {
 				failed = err
 			}
-			f.rel = append(f.rel, at)
+			b.f.rel = append(b.f.rel, at)
 		})
 	}
 	wg.Wait()
-	r.coldReady.Store(false)
-	if failed != nil {
-		return nil, failed
-	}
-	return f, nil
+	return failed
 }
 
 // report prints the figures of this build, and of the baseline build
