@@ -25,6 +25,12 @@ import (
 const (
 	DefaultResync   = time.Minute
 	DefaultSelector = "app.kubernetes.io/name=ebb-activator"
+	// DefaultDrainDelay covers kube-proxy's lag after a hand-off slice
+	// drops a terminating activator: its minimum sync period (1 s) plus the
+	// time it takes to apply its rules, up to about a second on a loaded
+	// 2-core node (TestActivatorProcessCrash saw refusals up to 2 s after a
+	// removal), with a second to spare.
+	DefaultDrainDelay = 3 * time.Second
 )
 
 // Options configure one activator replica. Fill them with ParseOptions.
@@ -38,7 +44,13 @@ type Options struct {
 	ColdStartTimeout time.Duration
 	ProbeInterval    time.Duration
 	Resync           time.Duration
+	// DrainTimeout is how long past its cold-start timeout a terminating
+	// activator may take: it exits at the latest ColdStartTimeout +
+	// DrainTimeout after SIGTERM. DrainDelay is how long it keeps accepting
+	// once no hand-off slice lists it and no new connection came (kube-proxy's
+	// sync lag). The drain is described in drain.go.
 	DrainTimeout     time.Duration
+	DrainDelay       time.Duration
 	SidecarAdminPort int
 	// ScalerAddresses are fixed scaler addresses (host:port) to push held
 	// counts to; ScalerService ("namespace/name:port") discovers them from
@@ -85,6 +97,7 @@ func DefaultOptions() Options {
 		ProbeInterval:     proxy.DefaultProbeInterval,
 		Resync:            DefaultResync,
 		DrainTimeout:      30 * time.Second,
+		DrainDelay:        DefaultDrainDelay,
 		SidecarAdminPort:  sidecarapi.DefaultAdminPort,
 		ActivatorSelector: DefaultSelector,
 		Pool:              control.DefaultPool,
@@ -130,7 +143,8 @@ func (o *Options) Bind(s *options.Set) {
 	s.Duration(&o.ColdStartTimeout, "cold-start-timeout", "how long a request is held unless its AppRoute says otherwise")
 	s.Duration(&o.ProbeInterval, "probe-interval", "period of /ready probes of not-ready sidecars while requests are held")
 	s.Duration(&o.Resync, "resync", "period of the full re-list of AppRoutes; not ready after 3 failed in a row")
-	s.Duration(&o.DrainTimeout, "drain-timeout", "longest drain after SIGTERM")
+	s.Duration(&o.DrainTimeout, "drain-timeout", "after SIGTERM, exit at the latest --cold-start-timeout plus this (requests still held then get 503 with Retry-After)")
+	s.Duration(&o.DrainDelay, "drain-delay", "after SIGTERM, keep accepting until no hand-off slice has listed this replica and no new connection has come for this long")
 	s.Int(&o.SidecarAdminPort, "sidecar-admin-port", "admin port of the app pods' sidecars, probed for /ready")
 	s.List(&o.ScalerAddresses, "scaler-addresses", "comma-separated scaler host:port list to push held counts to")
 	s.String(&o.ScalerService, "scaler-service", "namespace/name:port of the scaler Service, whose ready endpoints get the pushes")
@@ -185,6 +199,9 @@ func (o Options) Validate() error {
 	}
 	if o.DrainTimeout < 0 || o.DrainTimeout > time.Hour {
 		bad("--drain-timeout %s: want 0s to 1h", o.DrainTimeout)
+	}
+	if o.DrainDelay < 0 || o.DrainDelay > time.Minute {
+		bad("--drain-delay %s: want 0s to 1m", o.DrainDelay)
 	}
 	if o.SidecarAdminPort < 1 || o.SidecarAdminPort > 65535 {
 		bad("--sidecar-admin-port %d: want 1 to 65535", o.SidecarAdminPort)

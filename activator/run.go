@@ -30,8 +30,10 @@ import (
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
-// Run serves the activator until ctx ends, then drains held and proxied
-// requests for up to DrainTimeout. It wires the two halves: the request
+// Run serves the activator until ctx ends, then drains (drain): it
+// accepts until kube-proxy no longer routes to it, then answers every
+// request it took, held ones included, exiting at the latest
+// ColdStartTimeout + DrainTimeout after ctx ended. It wires the two halves: the request
 // path (package proxy) and the control loops that feed it (package
 // control).
 func Run(ctx context.Context, opts Options) error {
@@ -141,7 +143,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	serveErr := make(chan error, 2)
 	dataSrv := proxy.NewServer(router, data)
-	go func() { serveErr <- serveData(dataSrv, dataLn) }()
+	accepts := &acceptClock{Listener: dataLn}
+	go func() { serveErr <- serveData(dataSrv, accepts) }()
 	go func() { serveErr <- serve(admin, adminLn, "admin") }()
 	log.Info("activator serving", "listen", opts.Listen, "admin", opts.AdminListen, "group", names.Group())
 
@@ -152,12 +155,16 @@ func Run(ctx context.Context, opts Options) error {
 	case runErr = <-loopsErr: // the table would go stale
 	}
 	close(draining)
-	shutCtx, cancel := context.WithTimeout(context.Background(), opts.DrainTimeout)
-	defer cancel()
-	if err := dataSrv.Shutdown(shutCtx); err != nil {
-		dataSrv.Close()
+	routed := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return loops.HandoffLists(ctx, opts.PodIP)
 	}
-	router.Shutdown(shutCtx) // held HTTP/1.x connections are hijacked: data.Shutdown does not wait for them
+	if runErr != nil { // the routing table would go stale: no longer trusted
+		routed = func() bool { return false }
+	}
+	drain{log: log, data: dataSrv, accepts: accepts, routed: routed,
+		delay: opts.DrainDelay, coldStart: opts.ColdStartTimeout, timeout: opts.DrainTimeout}.run(time.Now())
 	admin.Close()
 	return runErr
 }
