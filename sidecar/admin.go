@@ -20,7 +20,7 @@ import (
 var (
 	statsContentType = []string{sidecarapi.StatsContentType}
 	noStore          = []string{"no-store"}
-	statsBufs        = sync.Pool{New: func() any { b := make([]byte, 0, 64); return &b }}
+	statsBufs        = sync.Pool{New: func() any { b := make([]byte, 0, sidecarapi.MaxStatsLine); return &b }}
 )
 
 // adminHandler serves sidecarapi.StatsPath, sidecarapi.ReadyPath and /metrics.

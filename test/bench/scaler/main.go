@@ -105,7 +105,7 @@ func sidecars(n, apps int) ([]podSpec, func(), error) {
 			// Requests come and go between ticks: the total grows, the
 			// in-flight count wanders between 0 and 2.
 			s := sidecarapi.Snapshot{InFlight: int64((i + int(el/time.Second)) % 3), Total: uint64(el/(10*time.Millisecond)) * uint64(1+i%5), BootID: boot}
-			var buf [64]byte
+			var buf [sidecarapi.MaxStatsLine]byte
 			w.Header().Set("Content-Type", sidecarapi.StatsContentType)
 			_, _ = w.Write(s.Append(buf[:0]))
 		})}
