@@ -26,13 +26,14 @@ import (
 // parsed them, without a goroutine, a timer or a second parse each, so
 // that 10,000 held requests cost a few MiB: the engine parks the request
 // (h1.Conn.Park) with its head for the app as built by its one parse, and
-// its goroutine ends. A parked request is then only a small struct, the
-// parked Conn and its socket, an entry in one deadline heap served by one
-// timer, and a registration in one epoll set that reports the client
-// hanging up (EPOLLRDHUP) without reading the request body. When the app
+// its goroutine ends. A parked request is then only two small structs
+// (this package's and the engine's h1.Parked), its socket, an entry in
+// one deadline heap served by one timer, and a registration in one epoll
+// set that reports the client hanging up (EPOLLRDHUP) without reading the
+// request body. When the app
 // has a ready pod, when the cold-start timeout passes, or when its
-// AppRoute is deleted, the Conn resumes in a goroutine of its own
-// (h1.Conn.Resume): the request is sent by the engine to the ready pod,
+// AppRoute is deleted, it resumes in a goroutine of its own
+// (h1.Parked.Resume): the request is sent by the engine to the ready pod,
 // as warm requests are, or answered 504/503, and the connection goes on
 // serving its next requests.
 //
@@ -54,7 +55,7 @@ const (
 
 // parked is one held HTTP/1.x request, parked in the engine.
 type parked struct {
-	cc         *h1.Conn
+	hp         *h1.Parked
 	a          *app
 	start      time.Time
 	deadline   time.Time
@@ -87,7 +88,7 @@ type parking struct {
 	timer   *time.Timer
 	lists   map[*app]*parked // oldest parked request of each app
 	tails   map[*app]*parked // newest parked request of each app
-	resumed map[*h1.Conn]struct{}
+	resumed map[*net.TCPConn]struct{}
 	// out counts the requests taken out of parking to be answered (by
 	// resume) until their connection is done; taken with them under mu,
 	// so that held + out never reads 0 while one is on its way.
@@ -106,7 +107,7 @@ func (pk *parking) start() {
 		pk.byTok = map[uint64]*parked{}
 		pk.lists = map[*app]*parked{}
 		pk.tails = map[*app]*parked{}
-		pk.resumed = map[*h1.Conn]struct{}{}
+		pk.resumed = map[*net.TCPConn]struct{}{}
 		pk.timer = time.AfterFunc(time.Hour, pk.expire)
 		pk.timer.Stop()
 		pk.mu.Unlock()
@@ -135,15 +136,15 @@ func (d *Router) holdH1(cc *h1.Conn, a *app) bool {
 		d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
 		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+d.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
 	}
-	return cc.Park(func(cc *h1.Conn) { d.parkConn(cc, a, start, timeout) })
+	return cc.Park(func(hp *h1.Parked) { d.parkConn(hp, a, start, timeout) })
 }
 
-// parkConn parks cc, once the engine has let go of it.
-func (d *Router) parkConn(cc *h1.Conn, a *app, start time.Time, timeout time.Duration) {
-	p := &parked{cc: cc, a: a, start: start, deadline: start.Add(timeout), timeout: timeout}
+// parkConn keeps the request the engine parked, hp.
+func (d *Router) parkConn(hp *h1.Parked, a *app, start time.Time, timeout time.Duration) {
+	p := &parked{hp: hp, a: a, start: start, deadline: start.Add(timeout), timeout: timeout}
 	if !d.parking.add(p) {
 		d.leave(a)
-		cc.Drop()
+		hp.Drop()
 		return
 	}
 	// A ready pod or a deletion may have come between admit and add.
@@ -173,7 +174,7 @@ func (pk *parking) add(p *parked) bool {
 		pk.timer.Reset(time.Until(p.deadline))
 	}
 	// A client gone already is reported at once (level-triggered).
-	p.polled = pk.poll != nil && pk.poll.add(p.cc.NetConn(), p.token) == nil
+	p.polled = pk.poll != nil && pk.poll.add(p.hp.NetConn(), p.token) == nil
 	return true
 }
 
@@ -201,7 +202,7 @@ func (pk *parking) takeLocked(p *parked) bool {
 	}
 	p.prev, p.next = nil, nil
 	if p.polled {
-		pk.poll.del(p.cc.NetConn())
+		pk.poll.del(p.hp.NetConn())
 	}
 	return true
 }
@@ -215,7 +216,7 @@ func (pk *parking) hangup(token uint64) {
 	if !ok {
 		return
 	}
-	p.cc.Drop()
+	p.hp.Drop()
 	pk.d.leave(p.a) // the client left: its slot is free at once
 	pk.d.opts.Metrics.canceled.Inc()
 }
@@ -287,20 +288,20 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 	pk.mu.Lock()
 	if pk.closed {
 		pk.mu.Unlock()
-		p.cc.Drop()
+		p.hp.Drop()
 		pk.out.Add(-1)
 		return
 	}
-	pk.resumed[p.cc] = struct{}{}
+	pk.resumed[p.hp.NetConn()] = struct{}{}
 	pk.mu.Unlock()
 	go func() {
 		defer func() {
 			pk.mu.Lock()
-			delete(pk.resumed, p.cc)
+			delete(pk.resumed, p.hp.NetConn())
 			pk.mu.Unlock()
 			pk.out.Add(-1)
 		}()
-		p.cc.Resume(func(cc *h1.Conn, rq *h1.Request) bool {
+		p.hp.Resume(func(cc *h1.Conn, rq *h1.Request) bool {
 			switch v {
 			case timedOut:
 				return cc.Answer(http.StatusGatewayTimeout, "", msg)
@@ -415,12 +416,12 @@ func (pk *parking) cut(close bool) int {
 		pk.takeLocked(p)
 	}
 	n := len(left) + len(pk.resumed)
-	for cc := range pk.resumed {
-		cc.NetConn().Close()
+	for nc := range pk.resumed {
+		nc.Close()
 	}
 	pk.mu.Unlock()
 	for _, p := range left {
-		p.cc.Drop()
+		p.hp.Drop()
 		pk.d.leave(p.a)
 	}
 	return n

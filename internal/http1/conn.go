@@ -88,8 +88,7 @@ type Conn struct {
 	served   int     // requests served on this connection
 	req      request // the request being served
 	// parkThen is Park's callback, called once Serve's goroutine let go.
-	parkThen func(*Conn)
-	pending  []byte // bytes read past a parked request's head
+	parkThen func(*Parked)
 }
 
 // request is the state of the request a Conn is serving, from the wait for

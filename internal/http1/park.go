@@ -12,52 +12,90 @@ import (
 // Park suspends the request being served without answering it, for a
 // component that holds requests (the activator, while an app has no ready
 // pod): ServeRequest returns cc.Park(then). Once the connection's goroutine
-// has let go of cc, the engine calls then(cc), in that goroutine, as its
-// last act; from then on cc belongs to the caller, who calls Resume or Drop
-// on it exactly once.
+// has let go of cc, the engine calls then, in that goroutine, as its last
+// act, with the request parked; the caller then calls Resume or Drop on it
+// exactly once.
 //
-// A parked Conn costs no goroutine and reads nothing from its socket: it
-// keeps the parsed request, its head for the app (built as for any
+// A parked request costs no goroutine and reads nothing from its socket:
+// it keeps the parsed request, its head for the app (built as for any
 // request: one parse, framing re-emitted from what was parsed) and the
-// bytes already read past the head (a body's start, a pipelined request);
-// its read buffer goes back to the pool. Watching for the client's
-// hang-up meanwhile is the caller's (NetConn).
-func (cc *Conn) Park(then func(*Conn)) bool {
+// bytes already read past the head (a body's start, a pipelined request),
+// in a Parked of about 160 bytes; the Conn and its buffers are let go.
+// Watching for the client's hang-up meanwhile is the caller's (NetConn).
+func (cc *Conn) Park(then func(*Parked)) bool {
 	cc.parkThen = then
 	return false
 }
 
-// suspend lets go of what a parked Conn does not need: its read buffer
-// (the bytes buffered past the head are kept aside), its scratch buffers,
-// the raw head (a parked request is never handed off) and the spare
-// capacity of the head for the app.
-func (cc *Conn) suspend() {
+// Parked is a request parked by Conn.Park, with its connection.
+type Parked struct {
+	c       *net.TCPConn
+	s       *Server
+	out     []byte // the head for the app
+	host    []byte
+	ip      []byte
+	pending []byte // bytes read past the head
+	rq      Request
+	target  [2]int
+	served  int
+}
+
+// park keeps what the parked request needs (the head for the app at its
+// size, not its buffer's) and lets go of the rest: the read buffer (the
+// bytes buffered past the head are kept aside), the Conn and its scratch
+// buffers, the raw head (a parked request is never handed off).
+func (cc *Conn) park() *Parked {
+	p := &Parked{c: cc.c, s: cc.s, out: bytes.Clone(cc.out), host: bytes.Clone(cc.req.host), ip: cc.ip, rq: cc.req.rq, target: cc.req.target, served: cc.served}
 	if n := cc.br.Buffered(); n > 0 {
 		b, _ := cc.br.Peek(n)
-		cc.pending = bytes.Clone(b)
+		p.pending = bytes.Clone(b)
 	}
 	cc.release()
-	cc.resp, cc.chunk, cc.line = nil, nil, nil
-	cc.req.raw, cc.req.xff = nil, nil
-	cc.out = bytes.Clone(cc.out)
+	return p
 }
 
-// unsuspend gives a resumed Conn a read buffer again, holding the bytes
-// kept aside (they fit: they came from a buffer of the same size).
-func (cc *Conn) unsuspend() {
+// NetConn is the parked request's client connection.
+func (p *Parked) NetConn() *net.TCPConn { return p.c }
+
+// Resume serves a parked request again, in the calling goroutine: serve
+// answers it (RoundTrip, Answer, or Park again), and the connection then
+// goes on as Serve would, with its next requests, until it closes or is
+// handed off. It counts among the server's connections again (Stop, Close
+// and the drain apply to it) but not among those Shutdown waits for: the
+// caller waits for Resume to return.
+func (p *Parked) Resume(serve func(*Conn, *Request) bool) {
+	s := p.s
 	br := clientReaders.Get().(*bufio.Reader)
-	if len(cc.pending) == 0 {
-		br.Reset(cc.c)
+	if len(p.pending) == 0 {
+		br.Reset(p.c)
 	} else {
-		br.Reset(&pendingReader{pending: cc.pending, c: cc.c})
-		br.Peek(len(cc.pending))
-		cc.pending = nil
+		// They fit: they came from a buffer of the same size.
+		br.Reset(&pendingReader{pending: p.pending, c: p.c})
+		br.Peek(len(p.pending))
 	}
-	cc.br = br
+	cc := &Conn{o: &s.opts, h: s.h, s: s, c: p.c, br: br, out: p.out, resp: make([]byte, 0, 512), ip: p.ip, served: p.served}
+	cc.req.rq, cc.req.host, cc.req.target = p.rq, p.host, p.target
 	cc.req.now = time.Now()
+	s.mu.Lock()
+	s.live[cc] = false
+	s.open.Add(1)
+	s.mu.Unlock()
+	s.run(cc, func() net.Conn {
+		if !serve(cc, &cc.req.rq) {
+			return cc.handoff
+		}
+		return cc.Serve()
+	})
 }
 
-// pendingReader reads the bytes a parked Conn kept aside, then its socket.
+// Drop closes a parked request's connection; the request gets no answer.
+func (p *Parked) Drop() {
+	p.c.Close()
+	p.out, p.pending = nil, nil
+}
+
+// pendingReader reads the bytes a parked request kept aside, then its
+// socket.
 type pendingReader struct {
 	pending []byte
 	c       *net.TCPConn
@@ -70,33 +108,6 @@ func (r *pendingReader) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	return r.c.Read(b)
-}
-
-// Resume serves a parked Conn again, in the calling goroutine: serve
-// answers the parked request (RoundTrip, Answer, or Park again), and the
-// connection then goes on as Serve would, with its next requests, until
-// it closes or is handed off. The Conn counts among the server's
-// connections again (Stop, Close and the drain apply to it) but not among
-// those Shutdown waits for: the caller waits for Resume to return.
-func (cc *Conn) Resume(serve func(*Conn, *Request) bool) {
-	s := cc.s
-	s.mu.Lock()
-	s.live[cc] = false
-	s.open.Add(1)
-	s.mu.Unlock()
-	cc.unsuspend()
-	s.run(cc, func() net.Conn {
-		if !serve(cc, &cc.req.rq) {
-			return cc.handoff
-		}
-		return cc.Serve()
-	})
-}
-
-// Drop closes a parked Conn's connection; its request gets no answer.
-func (cc *Conn) Drop() {
-	cc.pending = nil
-	cc.c.Close()
 }
 
 // Answer answers the current request with the engine's own response:

@@ -119,8 +119,7 @@ func (s *Server) run(cc *Conn, serve func() net.Conn) {
 		s.track(cc, false)
 		if then := cc.parkThen; then != nil {
 			cc.parkThen = nil
-			cc.suspend()
-			then(cc)
+			then(cc.park())
 			return
 		}
 		cc.release()
