@@ -429,3 +429,50 @@ func TestPodKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestValueNamesInText: a chart value named in the text of the README,
+// DEVELOPING.md or docs/ (`activator.queueSize`, `--set
+// certManager.enabled=false`) is a key of charts/ebb/values.yaml, so a
+// renamed value leaves no old name behind.
+func TestValueNamesInText(t *testing.T) {
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(read(t, "charts/ebb/values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			keys[prefix+k] = true
+			if sub, ok := v.(map[string]any); ok {
+				walk(prefix+k+".", sub)
+			}
+		}
+	}
+	walk("", values)
+	files := []string{"README.md", "DEVELOPING.md"}
+	docs, err := filepath.Glob(filepath.Join(repo.MustRoot(t), "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		files = append(files, "docs/"+filepath.Base(d))
+	}
+	name := regexp.MustCompile("`(?:--set )?([a-z][A-Za-z0-9]*(?:\\.[A-Za-z][A-Za-z0-9]*)+)(?:=[^`]*)?`")
+	n := 0
+	for _, f := range files {
+		for _, m := range name.FindAllStringSubmatch(read(t, f), -1) {
+			top, _, _ := strings.Cut(m[1], ".")
+			if _, ok := values[top].(map[string]any); !ok {
+				continue // not a chart value: a file, a host, a Go name
+			}
+			n++
+			if !keys[m[1]] {
+				t.Errorf("%s names the chart value %s, which values.yaml does not have", f, m[1])
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("found no chart value named in the docs")
+	}
+}

@@ -101,8 +101,6 @@ var genericTexts = map[string]string{
 	"podAnnotations":                   "extra annotations on the pods",
 	"podLabels":                        "extra labels on the pods",
 	"extraArgs":                        "more flags for the binary ([Flags](#flags))",
-	"metricsPort":                      "port of ebb-federation's /metrics",
-	"healthPort":                       "port of ebb-federation's /healthz and /readyz",
 	"renewBefore":                      "renew the serving certificate this long before it expires",
 	"serviceMonitor.interval":          "scrape interval",
 	"serviceMonitor.labels":            "labels on the ServiceMonitor (for your Prometheus' selector)",
