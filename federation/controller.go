@@ -149,37 +149,87 @@ func seconds(p *int32, def time.Duration) time.Duration {
 }
 
 // Reconcile reads, splits and writes one FederatedScale, and comes back
-// after the interval.
+// after the interval: it reads every member, decides the shares, writes the
+// maxima that come down, then (only if all of those are in force) the ones
+// that go up, and writes the status.
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var fs routingv1alpha1.FederatedScale
 	if err := r.client.Get(ctx, req.NamespacedName, &fs); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.mu.Lock()
-			delete(r.trackers, req.NamespacedName)
-			r.mu.Unlock()
-			r.metrics.forget(req.Namespace, req.Name)
+			r.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get FederatedScale: %w", err)
 	}
-	log := r.log.WithValues("federatedscale", req.NamespacedName)
+	rd, err := r.readMembers(ctx, &fs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	rd.decide()
+	writeErrs := r.writeShares(ctx, rd, lowerings)
+	if len(writeErrs) == 0 && !rd.lowerPending() {
+		writeErrs = r.writeShares(ctx, rd, raisings)
+	}
+	if err := r.writeStatus(ctx, rd, writeErrs); err != nil {
+		return ctrl.Result{RequeueAfter: r.interval}, err
+	}
+	if len(writeErrs) > 0 {
+		// In the condition, and tried again next interval: returned, the
+		// error would back the whole object off, reads included.
+		rd.log.Error(errors.Join(writeErrs...), "bounds not written")
+	}
+	return ctrl.Result{RequeueAfter: r.interval}, nil
+}
+
+// round is one reconcile of one FederatedScale: what it read of every
+// member and what it decided, by the index of spec.clusters.
+type round struct {
+	fs                  *routingv1alpha1.FederatedScale
+	log                 logr.Logger
+	t                   *tracker
+	window, unreachable time.Duration
+	begin, now          time.Time // the reads began, and ended
+	reads               []memberRead
+	members             []Member // as Split sees them
+	d                   Decision
+}
+
+// memberRead is one member's read this round: its clients and picture, or
+// why it could not be read.
+type memberRead struct {
+	m   *member
+	p   picture
+	err error
+}
+
+// forget drops what the controller keeps of a deleted FederatedScale: its
+// tracker and its series.
+func (r *reconciler) forget(key client.ObjectKey) {
+	r.mu.Lock()
+	delete(r.trackers, key)
+	r.mu.Unlock()
+	r.metrics.forget(key.Namespace, key.Name)
+}
+
+// readMembers reads every member of fs at once (one that does not answer
+// costs the read timeout, not the others' time), records each read in
+// fs's tracker, and returns the round with every member as Split will see
+// it. Only listing the member Secrets fails it: a member that cannot be
+// read is a result of the round.
+func (r *reconciler) readMembers(ctx context.Context, fs *routingv1alpha1.FederatedScale) (*round, error) {
 	var secrets corev1.SecretList
 	if err := r.client.List(ctx, &secrets, client.InNamespace(r.namespace), client.HasLabels{r.names.Key(MemberLabel)}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list member Secrets: %w", err)
+		return nil, fmt.Errorf("list member Secrets: %w", err)
 	}
-	window := seconds(fs.Spec.Rebalance.StabilizationSeconds, DefaultStabilization)
-	unreachable := seconds(fs.Spec.Rebalance.UnreachableSeconds, DefaultUnreachable)
-	t := r.tracker(req.NamespacedName)
-
-	// Read every member at once: one that does not answer costs the read
-	// timeout, not the others' time.
-	type result struct {
-		m   *member
-		p   picture
-		err error
+	rd := &round{
+		fs:          fs,
+		log:         r.log.WithValues("federatedscale", client.ObjectKeyFromObject(fs)),
+		t:           r.tracker(client.ObjectKeyFromObject(fs)),
+		window:      seconds(fs.Spec.Rebalance.StabilizationSeconds, DefaultStabilization),
+		unreachable: seconds(fs.Spec.Rebalance.UnreachableSeconds, DefaultUnreachable),
+		reads:       make([]memberRead, len(fs.Spec.Clusters)),
+		begin:       time.Now(),
 	}
-	results := make([]result, len(fs.Spec.Clusters))
-	begin := time.Now()
 	var wg sync.WaitGroup
 	for i, c := range fs.Spec.Clusters {
 		wg.Add(1)
@@ -187,100 +237,133 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			defer wg.Done()
 			m, err := r.members.get(secrets.Items, r.names.Key(MemberLabel), r.names.Key(ScalerAnnotation), c.Name)
 			if err == nil {
-				results[i].p, err = m.read(ctx, fs.Namespace, fs.Spec.ScaledObjectName)
+				rd.reads[i].p, err = m.read(ctx, fs.Namespace, fs.Spec.ScaledObjectName)
 			}
-			results[i].m, results[i].err = m, err
+			rd.reads[i].m, rd.reads[i].err = m, err
 		}()
 	}
 	wg.Wait()
-
-	now := time.Now()
-	ms := make([]Member, len(fs.Spec.Clusters))
+	rd.now = time.Now()
+	rd.members = make([]Member, len(fs.Spec.Clusters))
 	for i, c := range fs.Spec.Clusters {
-		o := t.members[c.Name]
-		if o == nil {
-			o = &observed{}
-			t.members[c.Name] = o
-		}
-		if err := results[i].err; err != nil {
-			o.lastErr = err
-			if o.downSince.IsZero() {
-				o.downSince = now
-			}
-		} else {
-			o.observe(now, results[i].p, window)
-		}
-		m := Member{
-			Name: c.Name, Weight: max(c.Weight, 1),
-			Reachable: !o.lastOK.IsZero() && now.Sub(o.lastOK) < unreachable,
-			Unread:    results[i].err != nil,
-			Used:      o.used(), AtMaxFor: o.atMaxFor(now),
-		}
-		if c.MinReplicas != nil {
-			m.Floor = *c.MinReplicas
-		}
-		if c.MaxReplicas != nil {
-			m.Cap = *c.MaxReplicas
-		}
-		if sh, ok := t.shares[c.Name]; ok {
-			m.Min, m.Max, m.HasShare = sh.Min, sh.Max, true
-		} else if st := findStatus(fs.Status.Clusters, c.Name); st != nil {
-			m.Min, m.Max, m.HasShare = st.MinReplicas, st.MaxReplicas, true // a new leader starts from the status
-		}
-		ms[i] = m
+		rd.members[i] = rd.observe(c, rd.reads[i])
 	}
-	d := Split(fs.Spec.MinReplicas, fs.Spec.MaxReplicas, ms, window)
-	clear(t.shares) // members no longer listed go
-	for _, sh := range d.Shares {
-		t.shares[sh.Name] = sh
+	return rd, nil
+}
+
+// observe records one member's read in its history and returns the member
+// as Split sees it: reachable while read within the unreachable window,
+// with its share as last decided (or, for a new leader, as the status
+// says).
+func (rd *round) observe(c routingv1alpha1.FederatedCluster, read memberRead) Member {
+	o := rd.t.members[c.Name]
+	if o == nil {
+		o = &observed{}
+		rd.t.members[c.Name] = o
 	}
-	if log.V(1).Enabled() {
-		for i, m := range ms {
-			p := results[i].p
-			log.V(1).Info("member read", "cluster", m.Name, "err", results[i].err, "reachable", m.Reachable,
+	if read.err != nil {
+		o.lastErr = read.err
+		if o.downSince.IsZero() {
+			o.downSince = rd.now
+		}
+	} else {
+		o.observe(rd.now, read.p, rd.window)
+	}
+	m := Member{
+		Name: c.Name, Weight: max(c.Weight, 1),
+		Reachable: !o.lastOK.IsZero() && rd.now.Sub(o.lastOK) < rd.unreachable,
+		Unread:    read.err != nil,
+		Used:      o.used(), AtMaxFor: o.atMaxFor(rd.now),
+	}
+	if c.MinReplicas != nil {
+		m.Floor = *c.MinReplicas
+	}
+	if c.MaxReplicas != nil {
+		m.Cap = *c.MaxReplicas
+	}
+	if sh, ok := rd.t.shares[c.Name]; ok {
+		m.Min, m.Max, m.HasShare = sh.Min, sh.Max, true
+	} else if st := findStatus(rd.fs.Status.Clusters, c.Name); st != nil {
+		m.Min, m.Max, m.HasShare = st.MinReplicas, st.MaxReplicas, true // a new leader starts from the status
+	}
+	return m
+}
+
+// decide splits the global bounds (Split) and remembers every member's
+// share as this leader's last decision (members no longer listed go).
+func (rd *round) decide() {
+	rd.d = Split(rd.fs.Spec.MinReplicas, rd.fs.Spec.MaxReplicas, rd.members, rd.window)
+	clear(rd.t.shares)
+	for _, sh := range rd.d.Shares {
+		rd.t.shares[sh.Name] = sh
+	}
+	if rd.log.V(1).Enabled() {
+		for i, m := range rd.members {
+			p := rd.reads[i].p
+			rd.log.V(1).Info("member read", "cluster", m.Name, "err", rd.reads[i].err, "reachable", m.Reachable,
 				"current", p.current, "desired", p.desired, "soMax", p.soMax, "limited", p.limited, "atMaxFor", m.AtMaxFor, "used", m.Used,
-				"share", d.Shares[i], "readIn", now.Sub(begin))
+				"share", rd.d.Shares[i], "readIn", rd.now.Sub(rd.begin))
 		}
 	}
+}
 
-	// Write: the members whose max comes down first, then the others, so
-	// the maxima in force never add up to more than the global max. A
-	// member read this round is written; one not read keeps its bounds.
-	var writeErrs []error
-	// A member not read keeps its max in force: if its share came down
-	// (the spec changed), nothing is raised until it is written.
-	pendingLower := false
-	for i, s := range d.Shares {
-		pendingLower = pendingLower || (results[i].err != nil && ms[i].HasShare && s.Max < ms[i].Max)
-	}
-	for _, lowering := range []bool{true, false} {
-		if !lowering && (len(writeErrs) > 0 || pendingLower) {
-			break // a max that should have come down did not: raise nothing
-		}
-		for i, s := range d.Shares {
-			res := results[i]
-			if res.err != nil || (res.p.soMin == s.Min && res.p.soMax == s.Max) || (s.Max <= res.p.soMax) != lowering {
-				continue
-			}
-			if err := res.m.write(ctx, fs.Namespace, fs.Spec.ScaledObjectName, s); err != nil {
-				writeErrs = append(writeErrs, fmt.Errorf("cluster %s: %w", s.Name, err))
-				continue
-			}
-			r.metrics.writes.WithLabelValues(fs.Namespace, fs.Name, s.Name).Inc()
-			log.V(1).Info("bounds written", "cluster", s.Name, "min", s.Min, "max", s.Max, "wasMin", res.p.soMin, "wasMax", res.p.soMax)
+// lowerPending reports whether a member not read this round should have
+// its max come down: it keeps its max in force until it is written, so
+// nothing may be raised meanwhile.
+func (rd *round) lowerPending() bool {
+	for i, s := range rd.d.Shares {
+		if rd.reads[i].err != nil && rd.members[i].HasShare && s.Max < rd.members[i].Max {
+			return true
 		}
 	}
-	moved := d.Moved != "" && len(writeErrs) == 0
+	return false
+}
 
+// Which writes writeShares makes.
+const (
+	lowerings = true  // the members whose max stays or comes down
+	raisings  = false // the members whose max goes up
+)
+
+// writeShares writes the share of every member read this round whose
+// ScaledObject does not hold it yet and whose max comes down (lowerings)
+// or goes up (raisings). Lowerings are written first and raisings only if
+// they all are, so the maxima in force never add up to more than the
+// global max; a member not read keeps its bounds. It returns the writes
+// that failed.
+func (r *reconciler) writeShares(ctx context.Context, rd *round, lowering bool) []error {
+	var errs []error
+	for i, s := range rd.d.Shares {
+		read := rd.reads[i]
+		if read.err != nil || (read.p.soMin == s.Min && read.p.soMax == s.Max) || (s.Max <= read.p.soMax) != lowering {
+			continue
+		}
+		if err := read.m.write(ctx, rd.fs.Namespace, rd.fs.Spec.ScaledObjectName, s); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", s.Name, err))
+			continue
+		}
+		r.metrics.writes.WithLabelValues(rd.fs.Namespace, rd.fs.Name, s.Name).Inc()
+		rd.log.V(1).Info("bounds written", "cluster", s.Name, "min", s.Min, "max", s.Max, "wasMin", read.p.soMin, "wasMax", read.p.soMax)
+	}
+	return errs
+}
+
+// writeStatus sets the members' series, announces a move of headroom that
+// was written whole (status, event, series), and writes the status (every
+// member's share and last read, and the MembersReachable and BoundsWritten
+// conditions) if it changed.
+func (r *reconciler) writeStatus(ctx context.Context, rd *round, writeErrs []error) error {
+	fs := rd.fs
 	st := routingv1alpha1.FederatedScaleStatus{ObservedGeneration: fs.Generation, LastMove: fs.Status.LastMove, LastMoveMessage: fs.Status.LastMoveMessage}
 	var unreached []string
-	for i, s := range d.Shares {
-		o := t.members[s.Name]
-		cs := routingv1alpha1.FederatedClusterStatus{Name: s.Name, MinReplicas: s.Min, MaxReplicas: s.Max, Reachable: ms[i].Reachable}
+	for i, s := range rd.d.Shares {
+		o := rd.t.members[s.Name]
+		reachable := rd.members[i].Reachable
+		cs := routingv1alpha1.FederatedClusterStatus{Name: s.Name, MinReplicas: s.Min, MaxReplicas: s.Max, Reachable: reachable}
 		if !o.lastOK.IsZero() {
 			cs.CurrentReplicas, cs.DesiredReplicas, cs.Requests = o.last.current, o.last.desired, o.last.requests
 			cs.AtMax = !o.atMaxSince.IsZero()
-			if ms[i].Reachable {
+			if reachable {
 				st.Replicas += o.last.current
 			}
 		}
@@ -288,16 +371,16 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			cs.Message = fmt.Sprintf("not read since %s: %v", o.downSince.UTC().Format(time.RFC3339), o.lastErr)
 			unreached = append(unreached, fmt.Sprintf("%s (%v)", s.Name, o.lastErr))
 		}
-		r.metrics.reachable.WithLabelValues(fs.Namespace, fs.Name, s.Name).Set(b2f(ms[i].Reachable))
+		r.metrics.reachable.WithLabelValues(fs.Namespace, fs.Name, s.Name).Set(b2f(reachable))
 		r.metrics.maxShare.WithLabelValues(fs.Namespace, fs.Name, s.Name).Set(float64(s.Max))
 		st.Clusters = append(st.Clusters, cs)
 	}
-	if moved {
-		nowT := metav1.NewTime(now)
-		st.LastMove, st.LastMoveMessage = &nowT, "max headroom: "+d.Moved
+	if rd.d.Moved != "" && len(writeErrs) == 0 {
+		now := metav1.NewTime(rd.now)
+		st.LastMove, st.LastMoveMessage = &now, "max headroom: "+rd.d.Moved
 		r.metrics.moves.WithLabelValues(fs.Namespace, fs.Name).Inc()
-		log.Info("headroom moved", "what", d.Moved)
-		r.events.Eventf(&fs, nil, corev1.EventTypeNormal, "HeadroomMoved", "Rebalance", "max headroom: %s", d.Moved)
+		rd.log.Info("headroom moved", "what", rd.d.Moved)
+		r.events.Eventf(fs, nil, corev1.EventTypeNormal, "HeadroomMoved", "Rebalance", "max headroom: %s", rd.d.Moved)
 	}
 	st.Conditions = fs.Status.Conditions
 	reach := metav1.Condition{Type: routingv1alpha1.ConditionMembersReachable, Status: metav1.ConditionTrue, Reason: "AllRead", Message: "every member cluster was read", ObservedGeneration: fs.Generation}
@@ -310,18 +393,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		bounds.Status, bounds.Reason, bounds.Message = metav1.ConditionFalse, "WriteFailed", errors.Join(writeErrs...).Error()
 	}
 	meta.SetStatusCondition(&st.Conditions, bounds)
-	if !apiequality.Semantic.DeepEqual(st, fs.Status) {
-		fs.Status = st
-		if err := r.client.Status().Update(ctx, &fs); err != nil {
-			return ctrl.Result{RequeueAfter: r.interval}, fmt.Errorf("update FederatedScale status: %w", err)
-		}
+	if apiequality.Semantic.DeepEqual(st, fs.Status) {
+		return nil
 	}
-	if len(writeErrs) > 0 {
-		// In the condition, and tried again next interval: returned, the
-		// error would back the whole object off, reads included.
-		log.Error(errors.Join(writeErrs...), "bounds not written")
+	fs.Status = st
+	if err := r.client.Status().Update(ctx, fs); err != nil {
+		return fmt.Errorf("update FederatedScale status: %w", err)
 	}
-	return ctrl.Result{RequeueAfter: r.interval}, nil
+	return nil
 }
 
 func findStatus(cs []routingv1alpha1.FederatedClusterStatus, name string) *routingv1alpha1.FederatedClusterStatus {
