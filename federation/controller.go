@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -382,7 +383,10 @@ func (r *reconciler) writeStatus(ctx context.Context, rd *round, writeErrs []err
 		rd.log.Info("headroom moved", "what", rd.d.Moved)
 		r.events.Eventf(fs, nil, corev1.EventTypeNormal, "HeadroomMoved", "Rebalance", "max headroom: %s", rd.d.Moved)
 	}
-	st.Conditions = fs.Status.Conditions
+	// A copy: SetStatusCondition changes the slice's elements in place,
+	// and a change made in fs.Status too would compare equal below and
+	// never be written.
+	st.Conditions = slices.Clone(fs.Status.Conditions)
 	reach := metav1.Condition{Type: routingv1alpha1.ConditionMembersReachable, Status: metav1.ConditionTrue, Reason: "AllRead", Message: "every member cluster was read", ObservedGeneration: fs.Generation}
 	if len(unreached) > 0 {
 		reach.Status, reach.Reason, reach.Message = metav1.ConditionFalse, "NotRead", "not read: "+strings.Join(unreached, ", ")

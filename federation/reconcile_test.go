@@ -370,7 +370,7 @@ func TestReconcile(t *testing.T) {
 		s.MaxReplicas = 9
 		s.Clusters[1].Weight = 1
 	})
-	refuseMaxBelow(t, b, 6)
+	unrefuse := refuseMaxBelow(t, b, 6)
 	got = reconcile()
 	if len(got.Conditions) == 2 && strings.HasPrefix(got.Conditions[1].Message, "cluster b: write ScaledObject app/hello min 1 max 4: ") {
 		got.Conditions[1].Message = ""
@@ -383,7 +383,17 @@ func TestReconcile(t *testing.T) {
 		Conditions:      []metav1.Condition{allRead(4), cond(routingv1alpha1.ConditionBoundsWritten, metav1.ConditionFalse, "WriteFailed", "", 4)},
 	}, [2]int64{1, 2}, [2]int64{1, 6})
 
-	// 7. Deleted: forgotten, its series gone.
+	// 7. b takes it: b comes down, then a goes up, and the condition says
+	// so (the condition was the status's only change: it was not written).
+	unrefuse()
+	got = reconcile()
+	check("b takes it", got, routingv1alpha1.FederatedScaleStatus{ObservedGeneration: 4, Replicas: 3,
+		Clusters:        []routingv1alpha1.FederatedClusterStatus{a5, b4},
+		LastMoveMessage: "max headroom: " + moved,
+		Conditions:      []metav1.Condition{allRead(4), written(4)},
+	}, [2]int64{1, 5}, [2]int64{1, 4})
+
+	// 8. Deleted: forgotten, its series gone.
 	if err := hub.Delete(ctx, fs); err != nil {
 		t.Fatal(err)
 	}
