@@ -89,7 +89,7 @@ images: $(IMAGE_BINS) ## Build ebb's images with ko into bin/images/<name>.tar, 
 	$(GO) run ./test/images
 
 .PHONY: bench
-bench: tools build ## Run the benchmark programs (figures for the README's performance table); each runs, those that failed are named at the end.
+bench: tools build ## Run the benchmark programs (figures for docs/performance.md's table); each runs, those that failed are named at the end.
 	@failed=""; for d in test/bench/*/; do echo ">> $$d"; $(GO) run ./$$d || failed="$$failed $$d"; done; \
 	if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
 

@@ -4,7 +4,7 @@
 // app's AppRoute in step with its Deployment, and the webhook's TLS
 // (certificate files reloaded on change, or a self-signed CA it keeps in a
 // Secret and in the webhook configuration's caBundle). Options:
-// ebb-webhook -h; the keys users set are in the README.
+// ebb-webhook -h; the keys users set are in docs/configuration.md.
 //
 // Invariants:
 //   - Admission only injects: it makes no API call and writes nothing, so

@@ -65,7 +65,7 @@ func (r *routeReconciler) scaledBy(ctx context.Context, route *routingv1alpha1.A
 		}
 	}
 	cond.Status, cond.Reason = metav1.ConditionFalse, "NoScaledObject"
-	cond.Message = fmt.Sprintf("no KEDA ScaledObject in %s scales Deployment %s with an external-push trigger whose app is %q: nothing wakes this app from zero; create one (README: Scale it with KEDA)",
+	cond.Message = fmt.Sprintf("no KEDA ScaledObject in %s scales Deployment %s with an external-push trigger whose app is %q: nothing wakes this app from zero; create one (docs/configuration.md: Scale it with KEDA)",
 		route.Namespace, target, route.Name)
 	if len(elsewhere) > 0 {
 		cond.Message += "; ScaledObjects naming this app but scaling another workload: " + strings.Join(elsewhere, ", ")

@@ -69,7 +69,7 @@ type FederatedScaleSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	MaxReplicas int32 `json:"maxReplicas"`
 	// Clusters are the member clusters, each registered with the
-	// controller by a kubeconfig Secret (see the README).
+	// controller by a kubeconfig Secret (see docs/several-clusters.md).
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=map
