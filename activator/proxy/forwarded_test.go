@@ -105,9 +105,9 @@ func TestForwardingHeadersPassThrough(t *testing.T) {
 
 // TestTargetAndTrailersPassAsReceived: the request target reaches the app
 // as the client sent it, and a chunked body's trailers reach it too, warm
-// (the engine) and cold (net/http, which re-escaped the path and dropped
-// query parameters it could not parse, and sent the trailers' names
-// without their values).
+// and cold (both the engine's now; when cold requests went through
+// net/http, it re-escaped the path, dropped query parameters it could not
+// parse, and sent the trailers' names without their values).
 func TestTargetAndTrailersPassAsReceived(t *testing.T) {
 	app := func(t *testing.T) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
