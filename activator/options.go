@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -163,12 +165,9 @@ func (o *Options) Bind(s *options.Set) {
 	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }
 
-// MaxColdStartTimeout is the longest --cold-start-timeout, the same ceiling
-// as the per-app annotation's (webhook/inject.MaxColdStartTimeout). A
-// terminating activator keeps each request it holds until it is answered or
-// its cold-start timeout has passed, so the pod's termination grace period
-// (the chart's) grows with it.
-const MaxColdStartTimeout = 15 * time.Minute
+// MaxColdStartTimeout is the longest --cold-start-timeout: the one ceiling
+// of cold-start timeouts, v1alpha1.MaxColdStartTimeout.
+const MaxColdStartTimeout = routingv1alpha1.MaxColdStartTimeout
 
 // Validate returns every problem of o at once.
 func (o Options) Validate() error {

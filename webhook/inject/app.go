@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/routing"
 )
 
@@ -40,7 +41,7 @@ const (
 	MaxPaths            = 64
 	MaxRouteLabels      = 16
 	MaxQueueSize        = 1_000_000
-	MaxColdStartTimeout = 15 * time.Minute // the activator's --cold-start-timeout ceiling too (activator.MaxColdStartTimeout)
+	MaxColdStartTimeout = routingv1alpha1.MaxColdStartTimeout // the one ceiling, the activator's too
 	MaxDrainTimeout     = 10 * time.Minute
 	// MaxResponseHeaderTimeout: longer than any live app needs for a
 	// response head (a longer job streams, or answers at once).

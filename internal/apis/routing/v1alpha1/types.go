@@ -1,8 +1,17 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// MaxColdStartTimeout is the one ceiling of a cold-start timeout: an app's
+// (its annotation, its AppRoute's spec.coldStartTimeout, held to it by the
+// CRD) and the activator's --cold-start-timeout. An activator holds the
+// client's connection that long, and a terminating one keeps each request it
+// holds until answered or timed out (the chart's grace period follows).
+const MaxColdStartTimeout = 15 * time.Minute
 
 // Condition types of an AppRoute.
 const (
@@ -116,7 +125,9 @@ type AppRouteSpec struct {
 
 	// ColdStartTimeout is how long an activator holds a request waiting for
 	// a ready pod before answering 504; unset means the activator's default.
+	// At most MaxColdStartTimeout (15m).
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('15m')",message="coldStartTimeout: want above 0s and at most 15m"
 	ColdStartTimeout *metav1.Duration `json:"coldStartTimeout,omitempty"`
 }
 
