@@ -84,9 +84,10 @@ func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, 
 					}
 					wg.Wait()
 				},
-				OnStoppedLeading: func() {
-					l.leading.Store(false)
-					l.log.Info("no longer the elected replica")
+				OnStoppedLeading: func() { // also when it never led this campaign
+					if l.leading.Swap(false) {
+						l.log.Info("no longer the elected replica")
+					}
 				},
 			},
 		})
