@@ -16,4 +16,9 @@
 //     cold-start timeout 504; a client that leaves frees its slot at once.
 //   - An activator never forwards to an activator (the control loops leave
 //     hand-off slices out of every endpoint set).
+//   - Shutdown answers whatever the data port took before it returns: a
+//     held request gets its app's answer or its 504, a released or proxied
+//     one its answer; only when the activator must exit first (Shutdown's
+//     context ends) is a request still held answered 503 with Retry-After,
+//     and only connections still busy answerGrace later are cut.
 package proxy
