@@ -64,9 +64,11 @@ func TestPartitionBetweenActivators(t *testing.T) {
 		}
 		return a
 	}
-	held := deploy("held", delay("10m")) // never starts: its requests stay held
-	wake := map[string]*install.AppAtZero{"drop": deploy("wake-drop", delay("4s")), "reset": deploy("wake-reset", delay("4s"))}
-	warm := deploy("warm", nil)
+	// Names of their own: an app's host is <name>.example.com, and another
+	// test's app of the same name would take its requests.
+	held := deploy("cut-held", delay("10m")) // never starts: its requests stay held
+	wake := map[string]*install.AppAtZero{"drop": deploy("cut-wake-drop", delay("4s")), "reset": deploy("cut-wake-reset", delay("4s"))}
+	warm := deploy("cut-warm", nil)
 	if r := install.Send(ctx, warm.URL, warm.Host, 1, 90*time.Second); install.Failures(r) != nil {
 		t.Fatalf("waking %s: %v", warm.Name, install.Failures(r))
 	}
