@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ebb-dev/ebb/internal/connfeed"
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 )
 
@@ -25,7 +26,7 @@ import (
 type Server struct {
 	d       *Router
 	srv     *http.Server
-	ln      *handOffListener
+	ln      *connfeed.Listener
 	h1      *h1.Server
 	srvOnce sync.Once
 	stop    chan struct{}
@@ -42,7 +43,7 @@ func NewServer(d *Router, srv *http.Server) *Server {
 	s := &Server{
 		d:    d,
 		srv:  srv,
-		ln:   &handOffListener{ch: make(chan net.Conn), done: make(chan struct{})},
+		ln:   connfeed.New(),
 		stop: make(chan struct{}),
 	}
 	s.h1 = h1.NewServer(h1.Options{
@@ -54,7 +55,7 @@ func NewServer(d *Router, srv *http.Server) *Server {
 		// 504 after its own, and a client that goes away ends the request.
 		// Forwarding headers: as on the net/http path (http1.SetForwarded).
 		KeepRaw: true,
-	}, s, s.ln.handOff, d.opts.Log)
+	}, s, s.ln.Feed, d.opts.Log)
 	return s
 }
 
@@ -196,36 +197,3 @@ func (s *Server) Close() error {
 	s.ln.Close()
 	return err
 }
-
-// handOffListener is the net/http server's listener, fed by handOff.
-type handOffListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-// handOff gives a connection to the net/http server; false if it is closed.
-func (l *handOffListener) handOff(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.done:
-		return false
-	}
-}
-
-func (l *handOffListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *handOffListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *handOffListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
