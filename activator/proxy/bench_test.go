@@ -26,10 +26,10 @@ func BenchmarkWarmHandlerChain(b *testing.B) {
 		w.Write(hello)
 	}))
 	defer app.Close()
-	dp := NewRouter(RouterOptions{})
-	defer dp.Close()
-	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}}, nil)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
+	rt := NewRouter(RouterOptions{})
+	defer rt.Close()
+	rt.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}}, nil)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		w := &discard{h: http.Header{}}
@@ -37,7 +37,7 @@ func BenchmarkWarmHandlerChain(b *testing.B) {
 		r.RemoteAddr = "10.0.0.1:1234"
 		for pb.Next() {
 			clear(w.h)
-			dp.ServeHTTP(w, r)
+			rt.ServeHTTP(w, r)
 		}
 	})
 }

@@ -115,17 +115,17 @@ type ColdStartWatcher interface {
 }
 
 // beginColdStart starts tracking a cold start of a at now. Callers hold a.mu.
-func (d *Router) beginColdStart(a *app, now time.Time) {
+func (rt *Router) beginColdStart(a *app, now time.Time) {
 	a.endColdStart() // one that became ready but never forwarded a byte
 	cs := &coldStart{}
 	cs.m.mark(markHeld, now)
 	a.cs = cs
-	if d.opts.Watcher == nil {
+	if rt.opts.Watcher == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d.timeout(a)+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), rt.timeout(a)+time.Minute)
 	cs.cancel = cancel
-	d.opts.Watcher.Watch(ctx, a.key.Namespace, a.key.Name, a.cfg.Load().Deployment, now, func(i int, t time.Time) {
+	rt.opts.Watcher.Watch(ctx, a.key.Namespace, a.key.Name, a.cfg.Load().Deployment, now, func(i int, t time.Time) {
 		a.mu.Lock()
 		if a.cs == cs {
 			cs.m.mark(i, t)
@@ -144,13 +144,13 @@ func (a *app) endColdStart() {
 
 // ScalerTold notes that a scaler was sent app's held count (holdpush's
 // Sent callback).
-func (d *Router) ScalerTold(namespace, name string, held int64, t time.Time) {
+func (rt *Router) ScalerTold(namespace, name string, held int64, t time.Time) {
 	if held <= 0 {
 		return
 	}
-	d.mu.Lock()
-	a := d.apps[routing.Key{Namespace: namespace, Name: name}]
-	d.mu.Unlock()
+	rt.mu.Lock()
+	a := rt.apps[routing.Key{Namespace: namespace, Name: name}]
+	rt.mu.Unlock()
 	if a == nil {
 		return
 	}
@@ -180,12 +180,12 @@ func (a *app) heldMarks(from time.Time) (marks, bool) {
 
 // firstByte notes the first response byte forwarded at t to a request held
 // since from: the first one ends the cold start, which is recorded.
-func (d *Router) firstByte(a *app, t time.Time) {
+func (rt *Router) firstByte(a *app, t time.Time) {
 	a.mu.Lock()
 	cs := a.cs
 	if cs == nil || cs.m[markReady].IsZero() {
 		a.mu.Unlock()
-		d.opts.Log.V(1).Info("first byte forwarded outside a cold start", "app", a.key.String(), "coldStart", cs != nil)
+		rt.opts.Log.V(1).Info("first byte forwarded outside a cold start", "app", a.key.String(), "coldStart", cs != nil)
 		return
 	}
 	cs.m[markFirstByte] = t
@@ -197,8 +197,8 @@ func (d *Router) firstByte(a *app, t time.Time) {
 	for i, p := range rec.Phases {
 		a.phaseObs[i].Observe(p.Seconds())
 	}
-	if d.opts.OnColdStart != nil {
-		d.opts.OnColdStart(rec)
+	if rt.opts.OnColdStart != nil {
+		rt.opts.OnColdStart(rec)
 	}
 }
 
@@ -214,7 +214,7 @@ func (m *Metrics) phaseObservers(namespace, app string) [nMarks - 1]prometheus.O
 // traceHeld adds to span, the span of a request held from 'from' whose
 // first response byte went out at firstByte, a child span per phase of
 // the cold start it waited on, clipped to its own wait.
-func (d *Router) traceHeld(span trace.Span, m marks, ok bool, from, firstByte time.Time) {
+func (rt *Router) traceHeld(span trace.Span, m marks, ok bool, from, firstByte time.Time) {
 	if !span.IsRecording() || !ok || firstByte.IsZero() {
 		return
 	}
@@ -225,7 +225,7 @@ func (d *Router) traceHeld(span trace.Span, m marks, ok bool, from, firstByte ti
 		// A phase that ended before the request was held is kept, 0 long
 		// at its start, so every trace names every phase.
 		start, end := later(m[i], from), later(m[i+1], from)
-		_, s := d.opts.Tracer.Start(ctx, name, trace.WithTimestamp(start), trace.WithAttributes(attribute.Int("ebb.phase.index", i)))
+		_, s := rt.opts.Tracer.Start(ctx, name, trace.WithTimestamp(start), trace.WithAttributes(attribute.Int("ebb.phase.index", i)))
 		s.End(trace.WithTimestamp(end))
 	}
 }

@@ -89,7 +89,7 @@ func TestColdStartPhasesAndTrace(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	var records []ColdStartRecord
-	dp, url, _ := rig(t, RouterOptions{
+	rt, url, _ := rig(t, RouterOptions{
 		Metrics: NewMetrics(reg), Requests: reqmetrics.New(reg, reqmetrics.Activator), Tracer: tp.Tracer,
 		Watcher: stepWatcher{step: 20 * time.Millisecond},
 		OnColdStart: func(r ColdStartRecord) {
@@ -115,10 +115,10 @@ func TestColdStartPhasesAndTrace(t *testing.T) {
 		code, _, body := do(t, t.Context(), url, "hello.test", "traceparent", clientTP)
 		done <- answer{code, body, time.Since(start)}
 	}()
-	waitHeld(t, dp, 1)
-	dp.ScalerTold("shop", "hello", 1, time.Now())
+	waitHeld(t, rt, 1)
+	rt.ScalerTold("shop", "hello", 1, time.Now())
 	time.Sleep(100 * time.Millisecond) // the four watch steps
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
 	a := <-done
 	if a.code != 200 {
 		t.Fatalf("held request: %d %q", a.code, a.body)
@@ -188,11 +188,11 @@ func TestColdStartPhasesAndTrace(t *testing.T) {
 // activator's request-duration histogram under their status class.
 func TestForwardedRequestsMeasured(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	dp, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg), Requests: reqmetrics.New(reg, reqmetrics.Activator)}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg), Requests: reqmetrics.New(reg, reqmetrics.Activator)}, AppConfig{})
 	done := make(chan int, 1)
 	go func() { code, _, _ := do(t, t.Context(), url, "hello.test"); done <- code }()
-	waitHeld(t, dp, 1)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
 	if code := <-done; code != 200 {
 		t.Fatalf("released: %d", code)
 	}

@@ -33,9 +33,9 @@ func slowApp(t *testing.T, delay time.Duration) string {
 // Shutdown is the activator's once it stops accepting.
 func drainRig(t *testing.T, opts RouterOptions, h2c bool) (*Server, *Router, string) {
 	t.Helper()
-	dp := NewRouter(opts)
-	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}}, nil)
-	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	rt := NewRouter(opts)
+	rt.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}}}, nil)
+	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	if h2c {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
@@ -45,11 +45,11 @@ func drainRig(t *testing.T, opts RouterOptions, h2c bool) (*Server, *Router, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := NewServer(dp, srv)
+	ds := NewServer(rt, srv)
 	go ds.Serve(ln)
 	t.Cleanup(func() { ds.Close() })
-	t.Cleanup(dp.Close)
-	return ds, dp, "http://" + ln.Addr().String()
+	t.Cleanup(rt.Close)
+	return ds, rt, "http://" + ln.Addr().String()
 }
 
 // rawResponse reads one response from c: its status, Retry-After and
@@ -79,13 +79,13 @@ func rawResponse(c net.Conn) string {
 func TestReleasedRequestsInFlightAtShutdownAreAnswered(t *testing.T) {
 	const n = 100
 	app := slowApp(t, 300*time.Millisecond)
-	ds, dp, url := drainRig(t, RouterOptions{}, false)
+	ds, rt, url := drainRig(t, RouterOptions{}, false)
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		conns[i] = dialRaw(t, url)
 		io.WriteString(conns[i], "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
 	}
-	waitHeld(t, dp, n)
+	waitHeld(t, rt, n)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -96,7 +96,7 @@ func TestReleasedRequestsInFlightAtShutdownAreAnswered(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond) // Shutdown waits for the held requests
 	released := time.Now()
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
 
 	got := make([]string, n)
 	var wg sync.WaitGroup
@@ -127,10 +127,10 @@ func TestReleasedRequestsInFlightAtShutdownAreAnswered(t *testing.T) {
 // the engine) and h2c (held in its handler) alike.
 func TestHeldAtShutdownDeadlineGets503WithRetryAfter(t *testing.T) {
 	t.Run("http1", func(t *testing.T) {
-		ds, dp, url := drainRig(t, RouterOptions{}, false)
+		ds, rt, url := drainRig(t, RouterOptions{}, false)
 		c := dialRaw(t, url)
 		io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
-		waitHeld(t, dp, 1)
+		waitHeld(t, rt, 1)
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
@@ -143,12 +143,12 @@ func TestHeldAtShutdownDeadlineGets503WithRetryAfter(t *testing.T) {
 		if took := time.Since(start); took < 200*time.Millisecond {
 			t.Errorf("answered after %s, before Shutdown's deadline", took.Round(time.Millisecond))
 		}
-		if dp.Held() != 0 {
-			t.Errorf("held %d after Shutdown", dp.Held())
+		if rt.Held() != 0 {
+			t.Errorf("held %d after Shutdown", rt.Held())
 		}
 	})
 	t.Run("h2c", func(t *testing.T) {
-		ds, dp, url := drainRig(t, RouterOptions{ColdStartTimeout: 5 * time.Second}, true)
+		ds, rt, url := drainRig(t, RouterOptions{ColdStartTimeout: 5 * time.Second}, true)
 		tr := &http.Transport{Protocols: new(http.Protocols)}
 		tr.Protocols.SetUnencryptedHTTP2(true)
 		t.Cleanup(tr.CloseIdleConnections)
@@ -168,7 +168,7 @@ func TestHeldAtShutdownDeadlineGets503WithRetryAfter(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			done <- result{resp.Proto, fmt.Sprintf("%d Retry-After: %s %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)}
 		}()
-		waitHeld(t, dp, 1)
+		waitHeld(t, rt, 1)
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
 		go ds.Shutdown(ctx)

@@ -70,14 +70,14 @@ func TestForwardingHeadersPassThrough(t *testing.T) {
 			}
 			for _, cold := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%s/cold=%v", tc.name, proto, cold), func(t *testing.T) {
-					dp, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{}, true)
+					rt, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{}, true)
 					app := forwardingApp(t)
 					if !cold {
-						dp.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
+						rt.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
 					} else {
 						go func() {
-							waitHeld(t, dp, 1)
-							dp.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
+							waitHeld(t, rt, 1)
+							rt.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
 						}()
 					}
 					req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/", nil)
@@ -129,14 +129,14 @@ func TestTargetAndTrailersPassAsReceived(t *testing.T) {
 	} {
 		for _, cold := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/cold=%v", strings.Fields(tc.head)[1], cold), func(t *testing.T) {
-				dp, url, _ := rig(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{})
+				rt, url, _ := rig(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{})
 				addr := app(t)
 				if !cold {
-					dp.SetEndpoints(shopHello, []Endpoint{{Addr: addr, Ready: true}})
+					rt.SetEndpoints(shopHello, []Endpoint{{Addr: addr, Ready: true}})
 				} else {
 					go func() {
-						waitHeld(t, dp, 1)
-						dp.SetEndpoints(shopHello, []Endpoint{{Addr: addr, Ready: true}})
+						waitHeld(t, rt, 1)
+						rt.SetEndpoints(shopHello, []Endpoint{{Addr: addr, Ready: true}})
 					}()
 				}
 				c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))

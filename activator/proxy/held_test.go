@@ -98,11 +98,11 @@ func TestHeldRequestReachesAppAsWarmOneDoes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			app := newRawApp(t)
 			// Held, then released.
-			dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+			rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 			c := dialRaw(t, url)
 			io.WriteString(c, raw)
-			waitHeld(t, dp, 1)
-			dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr, Ready: true}})
+			waitHeld(t, rt, 1)
+			rt.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr, Ready: true}})
 			held := app.next(t)
 			if got := readAnswers(t, c, 1); got[0].Code != 200 {
 				t.Fatalf("held request answered %+v", got[0])
@@ -123,11 +123,11 @@ func TestHeldRequestReachesAppAsWarmOneDoes(t *testing.T) {
 // answered, its connection serves the next request (warm now) and the
 // held count is back to 0.
 func TestHeldRequestReleasedKeepsAlive(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET /one HTTP/1.1\r\nHost: hello.test\r\n\r\n")
-	waitHeld(t, dp, 1)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
 	got := readAnswers(t, c, 1)
 	io.WriteString(c, "GET /two HTTP/1.1\r\nHost: hello.test\r\n\r\n")
 	got = append(got, readAnswers(t, c, 1)...)
@@ -143,15 +143,15 @@ func TestHeldRequestReleasedKeepsAlive(t *testing.T) {
 // held one is not read while the first is held; after the release both
 // are answered in order on the one connection.
 func TestHeldPipelinedRequestsReleasedInOrder(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET /one HTTP/1.1\r\nHost: hello.test\r\n\r\nGET /two HTTP/1.1\r\nHost: hello.test\r\n\r\n")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	time.Sleep(20 * time.Millisecond)
-	if n := dp.Held(); n != 1 {
+	if n := rt.Held(); n != 1 {
 		t.Errorf("held %d, want only the first request", n)
 	}
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
 	if d := cmp.Diff([]answer{{200, "GET /one hello.test "}, {200, "GET /two hello.test "}}, readAnswers(t, c, 2)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
@@ -161,12 +161,12 @@ func TestHeldPipelinedRequestsReleasedInOrder(t *testing.T) {
 // sends only once its head is held is read after the release, not before,
 // and reaches the app.
 func TestHeldChunkedBodySentAfterTheHold(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "POST /c HTTP/1.1\r\nHost: hello.test\r\nTransfer-Encoding: chunked\r\n\r\n")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	io.WriteString(c, "4\r\nbody\r\n")
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
 	time.Sleep(20 * time.Millisecond)
 	io.WriteString(c, "5\r\n-more\r\n0\r\n\r\n")
 	if d := cmp.Diff([]answer{{200, "POST /c hello.test body-more"}}, readAnswers(t, c, 1)); d != "" {
@@ -180,16 +180,16 @@ func TestHeldChunkedBodySentAfterTheHold(t *testing.T) {
 // app gets it.
 func TestHeldExpectContinue(t *testing.T) {
 	app := newRawApp(t)
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "PUT /e HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if n, err := c.Read(make([]byte, 64)); err == nil {
 		t.Fatalf("the client got %d bytes while held", n)
 	}
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr, Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr, Ready: true}})
 	br := bufio.NewReader(c)
 	line, err := br.ReadString('\n')
 	if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
@@ -212,19 +212,19 @@ func TestHeldExpectContinue(t *testing.T) {
 // TestHeldRequestsCostNoGoroutine: requests held in the engine do not
 // keep a goroutine each (nor a read buffer: the engine parks them).
 func TestHeldRequestsCostNoGoroutine(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	const n = 200
 	// One held request first: the parking's own goroutines start with it.
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	time.Sleep(20 * time.Millisecond)
 	before := runtime.NumGoroutine()
 	for range n {
 		c := dialRaw(t, url)
 		io.WriteString(c, "POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 10\r\n\r\n01234")
 	}
-	waitHeld(t, dp, n+1)
+	waitHeld(t, rt, n+1)
 	time.Sleep(50 * time.Millisecond)
 	if d := runtime.NumGoroutine() - before; d > n/10 {
 		t.Errorf("%d held requests added %d goroutines", n, d)
@@ -235,13 +235,13 @@ func TestHeldRequestsCostNoGoroutine(t *testing.T) {
 // never sent to the app once it is ready.
 func TestHeldClientGoneIsNotForwarded(t *testing.T) {
 	app := newRawApp(t)
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET /gone HTTP/1.1\r\nHost: hello.test\r\n\r\n")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	c.Close()
-	waitHeld(t, dp, 0)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr, Ready: true}})
+	waitHeld(t, rt, 0)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr, Ready: true}})
 	select {
 	case got := <-app.ch:
 		t.Errorf("the app got the request of a client that left: %q", got)

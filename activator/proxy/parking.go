@@ -75,7 +75,7 @@ type poller interface {
 
 // parking is the Router's parked requests.
 type parking struct {
-	d *Router
+	router *Router
 
 	startOnce sync.Once
 
@@ -99,7 +99,7 @@ func (pk *parking) start() {
 	pk.startOnce.Do(func() {
 		poll, err := newPoller(pk.hangup)
 		if err != nil {
-			pk.d.opts.Log.V(1).Info("held requests are not watched for their client leaving", "reason", err.Error())
+			pk.router.opts.Log.V(1).Info("held requests are not watched for their client leaving", "reason", err.Error())
 			poll = nil
 		}
 		pk.mu.Lock() // releaseParked and shutdown read these under pk.mu
@@ -118,38 +118,38 @@ func (pk *parking) start() {
 // endpoint: the placeholder page for a browser if a asks for one, 503 with
 // Retry-After when a queue is full, or the request parked. It returns
 // what ServeRequest returns.
-func (d *Router) holdH1(cc *h1.Conn, a *app) bool {
+func (rt *Router) holdH1(cc *h1.Conn, a *app) bool {
 	cfg := a.cfg.Load()
 	if cfg.Placeholder && string(cc.Method()) == http.MethodGet {
 		if accept, _ := cc.Header("accept"); strings.Contains(string(accept), "text/html") {
-			d.opts.Metrics.placeholder.Inc()
-			d.placeholderHold(a)
+			rt.opts.Metrics.placeholder.Inc()
+			rt.placeholderHold(a)
 			return cc.Answer(http.StatusServiceUnavailable, placeholderHeader, placeholderPage(a))
 		}
 	}
-	timeout := cmp.Or(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
+	timeout := cmp.Or(cfg.ColdStartTimeout, rt.opts.ColdStartTimeout)
 	// Taken before admission, which may start a cold start (and tell the
 	// scaler) at this very time: the first request's wait is the cold start.
 	start := time.Now()
-	if why := d.admitHeld(a, start); why != "" {
-		d.opts.Metrics.rejected.Inc()
-		d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
-		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+d.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
+	if why := rt.admitHeld(a, start); why != "" {
+		rt.opts.Metrics.rejected.Inc()
+		rt.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+rt.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
 	}
-	return cc.Park(func(hp *h1.Parked) { d.parkConn(hp, a, start, timeout) })
+	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, timeout) })
 }
 
 // parkConn keeps the request the engine parked, hp.
-func (d *Router) parkConn(hp *h1.Parked, a *app, start time.Time, timeout time.Duration) {
+func (rt *Router) parkConn(hp *h1.Parked, a *app, start time.Time, timeout time.Duration) {
 	p := &parked{hp: hp, a: a, start: start, deadline: start.Add(timeout), timeout: timeout}
-	if !d.parking.add(p) {
-		d.leave(a)
+	if !rt.parking.add(p) {
+		rt.leave(a)
 		hp.Drop()
 		return
 	}
 	// A ready pod or a deletion may have come between admit and add.
 	if a.pick() != nil || a.gone.Load() {
-		d.releaseParked(a)
+		rt.releaseParked(a)
 	}
 }
 
@@ -217,8 +217,8 @@ func (pk *parking) hangup(token uint64) {
 		return
 	}
 	p.hp.Drop()
-	pk.d.leave(p.a) // the client left: its slot is free at once
-	pk.d.opts.Metrics.canceled.Inc()
+	pk.router.leave(p.a) // the client left: its slot is free at once
+	pk.router.opts.Metrics.canceled.Inc()
 }
 
 // expire answers the parked requests whose cold-start timeout passed.
@@ -236,9 +236,9 @@ func (pk *parking) expire() {
 		pk.timer.Reset(time.Until(pk.heap[0].deadline))
 	}
 	pk.mu.Unlock()
-	m := pk.d.opts.Metrics
+	m := pk.router.opts.Metrics
 	for _, p := range due {
-		pk.d.leave(p.a)
+		pk.router.leave(p.a)
 		m.timedOut.Inc()
 		m.timeouts.WithLabelValues(p.a.key.Namespace, p.a.key.Name).Inc()
 		msg := fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)\n", p.a.key, now.Sub(p.start).Round(time.Millisecond), p.timeout)
@@ -248,8 +248,8 @@ func (pk *parking) expire() {
 
 // releaseParked resumes a's parked requests, oldest first, if a has a
 // ready pod (they are forwarded) or is gone (503).
-func (d *Router) releaseParked(a *app) {
-	pk := &d.parking
+func (rt *Router) releaseParked(a *app) {
+	pk := &rt.parking
 	var v verdict
 	var msg string
 	switch {
@@ -275,7 +275,7 @@ func (d *Router) releaseParked(a *app) {
 	pk.out.Add(int64(len(out)))
 	pk.mu.Unlock()
 	for _, p := range out {
-		d.leave(a)
+		rt.leave(a)
 		pk.resume(p, v, msg)
 	}
 }
@@ -308,9 +308,9 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 			case routeGone:
 				return cc.Answer(http.StatusServiceUnavailable, "", msg)
 			case shuttingDown:
-				return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+pk.d.retryAfter()+"\r\n", msg)
+				return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+pk.router.retryAfter()+"\r\n", msg)
 			}
-			return pk.d.forwardParked(cc, rq, p.a, p.start)
+			return pk.router.forwardParked(cc, rq, p.a, p.start)
 		})
 	}()
 }
@@ -322,23 +322,23 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 // (its one traceparent header), with a child span per phase of the cold
 // start it waited on. With no ready endpoint any more (it went between
 // the release and now), the request is held again.
-func (d *Router) forwardParked(cc *h1.Conn, rq *h1.Request, a *app, heldAt time.Time) bool {
+func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, a *app, heldAt time.Time) bool {
 	up := a.pick()
 	if up == nil {
 		if a.gone.Load() {
 			return cc.Answer(http.StatusServiceUnavailable, "", fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key))
 		}
-		return d.holdH1(cc, a)
+		return rt.holdH1(cc, a)
 	}
-	d.opts.Metrics.released.Inc()
+	rt.opts.Metrics.released.Inc()
 	var span trace.Span
-	if d.opts.Tracer != nil {
+	if rt.opts.Tracer != nil {
 		ctx := context.Background()
 		tp, n := cc.TraceParent()
 		if n == 1 {
 			ctx = tracing.Propagator.Extract(ctx, tracing.Bytes(tp))
 		}
-		_, span = d.opts.Tracer.Start(ctx, "ebb-activator hold",
+		_, span = rt.opts.Tracer.Start(ctx, "ebb-activator hold",
 			trace.WithTimestamp(heldAt), trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("ebb.app", a.key.String()), attribute.String("server.address", string(cc.Host()))))
 		if sc := span.SpanContext(); sc.IsSampled() && n <= 1 {
@@ -350,16 +350,16 @@ func (d *Router) forwardParked(cc *h1.Conn, rq *h1.Request, a *app, heldAt time.
 	var head time.Time
 	cc.OnResponseHead(func(int) {
 		head = time.Now()
-		d.firstByte(a, head)
+		rt.firstByte(a, head)
 	})
 	keep := cc.RoundTrip(up.pool, rq)
 	p := reqmetrics.HTTP1
 	if cc.Status() == http.StatusSwitchingProtocols {
 		p = reqmetrics.Upgrade
 	}
-	d.opts.Requests.Observe(p, cc.Status(), heldAt)
+	rt.opts.Requests.Observe(p, cc.Status(), heldAt)
 	if span != nil {
-		d.traceHeld(span, m, ok, heldAt, head)
+		rt.traceHeld(span, m, ok, heldAt, head)
 		if code := cc.Status(); code != 0 {
 			span.SetAttributes(attribute.Int("http.response.status_code", code))
 		}
@@ -372,8 +372,8 @@ func (d *Router) forwardParked(cc *h1.Conn, rq *h1.Request, a *app, heldAt time.
 }
 
 // retryAfter is the Retry-After value, in whole seconds (at least 1).
-func (d *Router) retryAfter() string {
-	return strconv.Itoa(max(1, int(d.opts.RetryAfter.Round(time.Second)/time.Second)))
+func (rt *Router) retryAfter() string {
+	return strconv.Itoa(max(1, int(rt.opts.RetryAfter.Round(time.Second)/time.Second)))
 }
 
 // answerHeld answers every parked request 503 with Retry-After: the
@@ -390,8 +390,8 @@ func (pk *parking) answerHeld() {
 	pk.out.Add(int64(len(left)))
 	pk.mu.Unlock()
 	for _, p := range left {
-		pk.d.leave(p.a)
-		pk.resume(p, shuttingDown, pk.d.shuttingDown(p.a)+"\n")
+		pk.router.leave(p.a)
+		pk.resume(p, shuttingDown, pk.router.shuttingDown(p.a)+"\n")
 	}
 }
 
@@ -422,7 +422,7 @@ func (pk *parking) cut(close bool) int {
 	pk.mu.Unlock()
 	for _, p := range left {
 		p.hp.Drop()
-		pk.d.leave(p.a)
+		pk.router.leave(p.a)
 	}
 	return n
 }

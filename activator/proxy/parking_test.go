@@ -76,13 +76,13 @@ func TestClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 		"no body (control)": "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			dp, url, rec := rig(t, RouterOptions{ColdStartTimeout: time.Minute}, AppConfig{})
+			rt, url, rec := rig(t, RouterOptions{ColdStartTimeout: time.Minute}, AppConfig{})
 			c := dialRaw(t, url)
 			io.WriteString(c, raw)
-			waitHeld(t, dp, 1)
+			waitHeld(t, rt, 1)
 			start := time.Now()
 			c.Close()
-			waitHeld(t, dp, 0)
+			waitHeld(t, rt, 0)
 			if took := time.Since(start); took > time.Second {
 				t.Errorf("slot freed %s after the client left", took)
 			}
@@ -95,7 +95,7 @@ func TestClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 
 // The same over h2c: the stream's reset frees the slot.
 func TestH2CClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
-	dp, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: time.Minute}, AppConfig{}, true)
+	rt, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: time.Minute}, AppConfig{}, true)
 	tr := &http.Transport{}
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
@@ -114,10 +114,10 @@ func TestH2CClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 		errc <- err
 	}()
 	go pw.Write([]byte("part of a body"))
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	start := time.Now()
 	cancel()
-	waitHeld(t, dp, 0)
+	waitHeld(t, rt, 0)
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("slot freed %s after the client left", took)
 	}
@@ -130,12 +130,12 @@ func TestH2CClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 // their connection: after the release both are answered in order and the
 // connection serves a third.
 func TestHeldBodyAndPipelinedRequestReleasedInOrder(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "POST /one HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 5\r\n\r\nhello"+
 		"POST /two HTTP/1.1\r\nHost: hello.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
-	waitHeld(t, dp, 1)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
 	got := readAnswers(t, c, 2)
 	io.WriteString(c, "GET /three HTTP/1.1\r\nHost: hello.test\r\n\r\n")
 	got = append(got, readAnswers(t, c, 1)...)
@@ -150,13 +150,13 @@ func TestHeldBodyAndPipelinedRequestReleasedInOrder(t *testing.T) {
 
 // A body sent while the request is held, after the head, is forwarded too.
 func TestBodySentWhileHeldIsForwarded(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "PUT /x HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 10\r\n\r\n01234")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	io.WriteString(c, "56789")
 	time.Sleep(20 * time.Millisecond)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
 	if d := cmp.Diff([]answer{{200, "PUT /x hello.test 0123456789"}}, readAnswers(t, c, 1)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
@@ -165,14 +165,14 @@ func TestBodySentWhileHeldIsForwarded(t *testing.T) {
 // The cold-start timeout of a held request with a body is a 504 on a
 // connection that stays usable.
 func TestHeldWithBodyTimesOutKeepingConnection(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: hello.test\r\nContent-Length: 5\r\n\r\nhello")
 	got := readAnswers(t, c, 1)
 	if got[0].Code != http.StatusGatewayTimeout || !strings.Contains(got[0].Body, "app shop/hello had no ready pod after 1") {
 		t.Errorf("got %+v, want 504 naming the app and the wait", got[0])
 	}
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
 	io.WriteString(c, "GET /after HTTP/1.1\r\nHost: hello.test\r\n\r\n")
 	if d := cmp.Diff([]answer{{200, "GET /after hello.test "}}, readAnswers(t, c, 1)); d != "" {
 		t.Errorf("next request on the connection (-want +got):\n%s", d)
@@ -181,11 +181,11 @@ func TestHeldWithBodyTimesOutKeepingConnection(t *testing.T) {
 
 // HTTP/1.0 requests are held and released as HTTP/1.0.
 func TestHeldHTTP10(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET /old HTTP/1.0\r\nHost: hello.test\r\n\r\n")
-	waitHeld(t, dp, 1)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
 	b, err := io.ReadAll(c) // HTTP/1.0 without keep-alive: closed after the answer
 	if err != nil {
 		t.Fatal(err)

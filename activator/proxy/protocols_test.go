@@ -75,10 +75,10 @@ func realApp(t *testing.T) string {
 func protoCase(t *testing.T, check func(t *testing.T, url string) error) {
 	for _, cold := range []bool{false, true} {
 		t.Run(map[bool]string{false: "warm", true: "cold"}[cold], func(t *testing.T) {
-			dp, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: 30 * time.Second}, AppConfig{}, true)
+			rt, url, _ := rigProtocols(t, RouterOptions{ColdStartTimeout: 30 * time.Second}, AppConfig{}, true)
 			app := realApp(t)
 			if !cold {
-				dp.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
+				rt.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
 				if err := check(t, url); err != nil {
 					t.Error(err)
 				}
@@ -86,13 +86,13 @@ func protoCase(t *testing.T, check func(t *testing.T, url string) error) {
 			}
 			errc := make(chan error, 1)
 			go func() { errc <- check(t, url) }()
-			waitHeld(t, dp, 1)
+			waitHeld(t, rt, 1)
 			select {
 			case err := <-errc:
 				t.Fatalf("answered while no pod was ready: %v", err)
 			case <-time.After(50 * time.Millisecond):
 			}
-			dp.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
+			rt.SetEndpoints(shopHello, []Endpoint{{Addr: app, Ready: true}})
 			select {
 			case err := <-errc:
 				if err != nil {
@@ -101,8 +101,8 @@ func protoCase(t *testing.T, check func(t *testing.T, url string) error) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("no answer after the pod turned ready")
 			}
-			if dp.Held() != 0 {
-				t.Errorf("still held: %d", dp.Held())
+			if rt.Held() != 0 {
+				t.Errorf("still held: %d", rt.Held())
 			}
 		})
 	}

@@ -126,7 +126,7 @@ func NewRouter(opts RouterOptions) *Router {
 	opts.ColdStartTimeout = cmp.Or(opts.ColdStartTimeout, DefaultColdStartTimeout)
 	opts.ProbeInterval = cmp.Or(opts.ProbeInterval, DefaultProbeInterval)
 	opts.RetryAfter = cmp.Or(opts.RetryAfter, time.Second)
-	d := &Router{
+	rt := &Router{
 		opts:      opts,
 		upstreams: newUpstreams(opts.Log),
 		// A sidecar's /ready is read from a pod, which is whatever its
@@ -140,9 +140,9 @@ func NewRouter(opts RouterOptions) *Router {
 		apps:    map[routing.Key]*app{},
 		stopped: make(chan struct{}),
 	}
-	d.parking.d = d
-	d.table.Store(routing.Build[*app](nil, nil))
-	return d
+	rt.parking.router = rt
+	rt.table.Store(routing.Build[*app](nil, nil))
+	return rt
 }
 
 // answerGrace is how long Shutdown, once its context has ended, waits
@@ -159,13 +159,13 @@ const answerGrace = 2 * time.Second
 // from then on, 503 with Retry-After, and waits up to answerGrace for
 // those answers and the released requests' before it cuts what is left.
 // It returns ctx's error when it had to stop holding.
-func (d *Router) Shutdown(ctx context.Context) error {
+func (rt *Router) Shutdown(ctx context.Context) error {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for !d.idle() {
+	for !rt.idle() {
 		select {
 		case <-ctx.Done():
-			return d.stopHolding(ctx.Err())
+			return rt.stopHolding(ctx.Err())
 		case <-tick.C:
 		}
 	}
@@ -174,19 +174,19 @@ func (d *Router) Shutdown(ctx context.Context) error {
 
 // idle reports whether nothing is held and no released request is being
 // answered.
-func (d *Router) idle() bool { return d.held.Load() == 0 && d.parking.out.Load() == 0 }
+func (rt *Router) idle() bool { return rt.held.Load() == 0 && rt.parking.out.Load() == 0 }
 
 // stopHolding answers every request held now or later 503 with
 // Retry-After and waits up to answerGrace for the answers in flight; then
 // it cuts the connections left.
-func (d *Router) stopHolding(why error) error {
-	d.stopOnce.Do(func() { close(d.stopped) }) // held in a handler: answered there
+func (rt *Router) stopHolding(why error) error {
+	rt.stopOnce.Do(func() { close(rt.stopped) }) // held in a handler: answered there
 	deadline := time.Now().Add(answerGrace)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		d.parking.answerHeld() // again each time: a request parked since
-		if d.idle() {
+		rt.parking.answerHeld() // again each time: a request parked since
+		if rt.idle() {
 			return why
 		}
 		if time.Now().After(deadline) {
@@ -194,15 +194,15 @@ func (d *Router) stopHolding(why error) error {
 		}
 		<-tick.C
 	}
-	n := d.parking.cut(false)
-	d.opts.Log.Info("shutdown: connections cut, their requests not answered within the grace", "connections", n, "grace", answerGrace.String())
+	n := rt.parking.cut(false)
+	rt.opts.Log.Info("shutdown: connections cut, their requests not answered within the grace", "connections", n, "grace", answerGrace.String())
 	return why
 }
 
 // stopping reports whether Shutdown has stopped holding.
-func (d *Router) stopping() bool {
+func (rt *Router) stopping() bool {
 	select {
-	case <-d.stopped:
+	case <-rt.stopped:
 		return true
 	default:
 		return false
@@ -211,15 +211,15 @@ func (d *Router) stopping() bool {
 
 // shuttingDown is the 503 answer to a request held while the activator
 // exits.
-func (d *Router) shuttingDown(a *app) string {
+func (rt *Router) shuttingDown(a *app) string {
 	return fmt.Sprintf("ebb-activator: this activator is shutting down and app %s has no ready pod yet; retry", a.key)
 }
 
 // Close closes every held and released connection at once, and parks no
 // more.
-func (d *Router) Close() {
-	d.stopOnce.Do(func() { close(d.stopped) })
-	d.parking.cut(true)
+func (rt *Router) Close() {
+	rt.stopOnce.Do(func() { close(rt.stopped) })
+	rt.parking.cut(true)
 }
 
 type noPush struct{}
@@ -254,28 +254,28 @@ type endpointSet struct {
 }
 
 // getApp returns the state of key, creating it. Callers hold d.mu.
-func (d *Router) getApp(key routing.Key) *app {
-	a := d.apps[key]
+func (rt *Router) getApp(key routing.Key) *app {
+	a := rt.apps[key]
 	if a == nil {
 		a = &app{key: key, push: holdpush.App{Namespace: key.Namespace, Name: key.Name}, wake: make(chan struct{}), probed: map[string]bool{}}
 		a.cfg.Store(&AppConfig{})
 		a.eps.Store(&endpointSet{})
-		a.heldGauge = d.opts.Metrics.held.WithLabelValues(key.Namespace, key.Name)
-		a.phaseObs = d.opts.Metrics.phaseObservers(key.Namespace, key.Name)
-		d.apps[key] = a
+		a.heldGauge = rt.opts.Metrics.held.WithLabelValues(key.Namespace, key.Name)
+		a.phaseObs = rt.opts.Metrics.phaseObservers(key.Namespace, key.Name)
+		rt.apps[key] = a
 	}
 	return a
 }
 
 // SetRoutes replaces the routing table, with the domains claims bind to
 // namespaces. Apps no longer routed answer their held requests at once (503).
-func (d *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Claims) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Claims) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	rs := make([]routing.Route[*app], 0, len(routes))
 	keep := make(map[routing.Key]bool, len(routes))
 	for _, r := range routes {
-		a := d.getApp(r.Key)
+		a := rt.getApp(r.Key)
 		cfg := r.Value
 		if old := a.cfg.Load(); *old != cfg {
 			a.cfg.Store(&cfg)
@@ -285,66 +285,66 @@ func (d *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cla
 		rs = append(rs, routing.Route[*app]{Key: r.Key, Generation: r.Generation, Created: r.Created, Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Service: r.Service, ClusterIPs: r.ClusterIPs, Value: a})
 	}
 	t := routing.Build(rs, claims)
-	d.table.Store(t)
-	d.opts.Metrics.routes.Set(float64(t.Len()))
-	for k, a := range d.apps {
+	rt.table.Store(t)
+	rt.opts.Metrics.routes.Set(float64(t.Len()))
+	for k, a := range rt.apps {
 		if keep[k] {
 			continue
 		}
 		a.gone.Store(true)
 		a.broadcast()
-		d.releaseParked(a)
+		rt.releaseParked(a)
 		a.mu.Lock()
 		idle := a.held == 0 && len(a.all) == 0
 		a.mu.Unlock()
 		if idle {
-			delete(d.apps, k)
-			d.opts.Metrics.forget(k.Namespace, k.Name)
+			delete(rt.apps, k)
+			rt.opts.Metrics.forget(k.Namespace, k.Name)
 		}
 	}
 	for _, c := range t.Conflicts {
-		d.opts.Log.V(1).Info("a host an AppRoute claims is not routed to it", "host", c.Host, "prefix", c.Prefix, "reason", c.Reason, "winner", c.Winner.String(), "loser", c.Loser.String())
+		rt.opts.Log.V(1).Info("a host an AppRoute claims is not routed to it", "host", c.Host, "prefix", c.Prefix, "reason", c.Reason, "winner", c.Winner.String(), "loser", c.Loser.String())
 	}
 }
 
 // Served lists the AppRoutes in the table this replica serves and the
 // generation of each.
-func (d *Router) Served() map[string]int64 {
+func (rt *Router) Served() map[string]int64 {
 	out := map[string]int64{}
-	d.table.Load().Routes(func(r *routing.Route[*app]) { out[r.Key.String()] = r.Generation })
+	rt.table.Load().Routes(func(r *routing.Route[*app]) { out[r.Key.String()] = r.Generation })
 	return out
 }
 
 // SetEndpoints replaces the endpoints of an app. Held requests go to the
 // ready ones at once.
-func (d *Router) SetEndpoints(key routing.Key, eps []Endpoint) {
-	d.mu.Lock()
-	a := d.getApp(key)
-	d.mu.Unlock()
-	if d.setEndpoints(a, eps) {
-		d.releaseParked(a)
-		d.forgetUpstreams()
+func (rt *Router) SetEndpoints(key routing.Key, eps []Endpoint) {
+	rt.mu.Lock()
+	a := rt.getApp(key)
+	rt.mu.Unlock()
+	if rt.setEndpoints(a, eps) {
+		rt.releaseParked(a)
+		rt.forgetUpstreams()
 	}
 }
 
 // forgetUpstreams drops the cached upstreams of addresses no app lists any
 // more (pods come and go with new IPs).
-func (d *Router) forgetUpstreams() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (rt *Router) forgetUpstreams() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	keep := map[string]bool{}
-	for _, a := range d.apps {
+	for _, a := range rt.apps {
 		a.mu.Lock()
 		for _, e := range a.all {
 			keep[e.Addr] = true
 		}
 		a.mu.Unlock()
 	}
-	d.upstreams.forget(keep)
+	rt.upstreams.forget(keep)
 }
 
 // setEndpoints records eps for a; false if they did not change.
-func (d *Router) setEndpoints(a *app, eps []Endpoint) bool {
+func (rt *Router) setEndpoints(a *app, eps []Endpoint) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if slices.Equal(a.all, eps) {
@@ -365,24 +365,24 @@ func (d *Router) setEndpoints(a *app, eps []Endpoint) bool {
 			delete(a.probed, addr)
 		}
 	}
-	d.rebuildLocked(a)
+	rt.rebuildLocked(a)
 	return true
 }
 
 // rebuildLocked recomputes a's endpoint set and wakes its waiters. Callers
 // hold a.mu.
-func (d *Router) rebuildLocked(a *app) {
+func (rt *Router) rebuildLocked(a *app) {
 	set := &endpointSet{}
 	for _, e := range a.all {
 		if e.Ready || a.probed[e.Addr] {
-			set.ready = append(set.ready, d.upstreams.get(e.Addr))
+			set.ready = append(set.ready, rt.upstreams.get(e.Addr))
 		} else {
 			set.notReady = append(set.notReady, e)
 		}
 	}
 	a.eps.Store(set)
 	if len(set.ready) > 0 && !a.coldSince.IsZero() {
-		d.opts.Metrics.coldStart.WithLabelValues(a.key.Namespace, a.key.Name).Observe(time.Since(a.coldSince).Seconds())
+		rt.opts.Metrics.coldStart.WithLabelValues(a.key.Namespace, a.key.Name).Observe(time.Since(a.coldSince).Seconds())
 		a.coldSince = time.Time{}
 	}
 	if len(set.ready) > 0 && a.cs != nil {
@@ -411,20 +411,20 @@ func (a *app) pick() *upstream {
 // ServeHTTP routes, proxies or holds one request that net/http serves:
 // HTTP/2 (h2c, gRPC) and the HTTP/1.x requests the engine hands off
 // (Server.ServeRequest).
-func (d *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	route, ok := d.table.Load().Lookup(r.Host, r.URL.Path)
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	route, ok := rt.table.Load().Lookup(r.Host, r.URL.Path)
 	if !ok {
-		d.opts.Metrics.notFound.Inc()
+		rt.opts.Metrics.notFound.Inc()
 		http.Error(w, fmt.Sprintf("ebb-activator: no app is routed for host %q and path %q", r.Host, r.URL.Path), http.StatusNotFound)
 		return
 	}
 	a := route.Value
 	if up := a.pick(); up != nil {
-		d.opts.Metrics.proxied.Inc()
-		d.opts.Requests.Serve(up, w, r, time.Now())
+		rt.opts.Metrics.proxied.Inc()
+		rt.opts.Requests.Serve(up, w, r, time.Now())
 		return
 	}
-	d.hold(w, r, a)
+	rt.hold(w, r, a)
 }
 
 // forwardHeld forwards a request held since heldAt to up, notes its first
@@ -432,11 +432,11 @@ func (d *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // traces it: a span from heldAt to its response's end, continuing the
 // request's trace, with a child span per phase of the cold start it
 // waited on.
-func (d *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up *upstream, heldAt time.Time) {
+func (rt *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up *upstream, heldAt time.Time) {
 	var span trace.Span
-	if d.opts.Tracer != nil {
+	if rt.opts.Tracer != nil {
 		var ctx context.Context
-		ctx, span = d.opts.Tracer.Start(tracing.Propagator.Extract(r.Context(), otelprop.HeaderCarrier(r.Header)), "ebb-activator hold",
+		ctx, span = rt.opts.Tracer.Start(tracing.Propagator.Extract(r.Context(), otelprop.HeaderCarrier(r.Header)), "ebb-activator hold",
 			trace.WithTimestamp(heldAt), trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("ebb.app", a.key.String()), attribute.String("server.address", r.Host)))
 		if span.SpanContext().IsSampled() {
@@ -447,12 +447,12 @@ func (d *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up 
 	var head time.Time
 	rw := &reqmetrics.Writer{ResponseWriter: w, OnHead: func() {
 		head = time.Now()
-		d.firstByte(a, head)
+		rt.firstByte(a, head)
 	}}
 	up.ServeHTTP(rw, r)
-	d.opts.Requests.Record(rw, r, heldAt)
+	rt.opts.Requests.Record(rw, r, heldAt)
 	if span != nil {
-		d.traceHeld(span, m, ok, heldAt, head)
+		rt.traceHeld(span, m, ok, heldAt, head)
 		if rw.Code != 0 {
 			span.SetAttributes(attribute.Int("http.response.status_code", rw.Code))
 		}
@@ -464,8 +464,8 @@ func (d *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up 
 }
 
 // timeout is a's cold-start timeout.
-func (d *Router) timeout(a *app) time.Duration {
-	return cmp.Or(a.cfg.Load().ColdStartTimeout, d.opts.ColdStartTimeout)
+func (rt *Router) timeout(a *app) time.Duration {
+	return cmp.Or(a.cfg.Load().ColdStartTimeout, rt.opts.ColdStartTimeout)
 }
 
 type admission int
@@ -481,54 +481,54 @@ const (
 // included) hold some: MaxHeld ÷ (n + 1), at least 1. Whatever the apps
 // holding do, a newcomer finds at least that many slots free, so one
 // app's backlog cannot starve the others' cold starts.
-func (d *Router) fairShare(n int64) int64 {
-	return max(1, int64(d.opts.MaxHeld)/(n+1))
+func (rt *Router) fairShare(n int64) int64 {
+	return max(1, int64(rt.opts.MaxHeld)/(n+1))
 }
 
 // admit takes a slot in a's queue at now and tells the scaler.
-func (d *Router) admit(a *app, limit int, now time.Time) admission {
+func (rt *Router) admit(a *app, limit int, now time.Time) admission {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.held >= int64(limit) {
 		return appFull
 	}
-	n := d.holding.Load()
+	n := rt.holding.Load()
 	if a.held == 0 {
 		n++
 	}
-	if a.held >= d.fairShare(n) {
+	if a.held >= rt.fairShare(n) {
 		return overShare
 	}
-	if d.held.Add(1) > int64(d.opts.MaxHeld) {
-		d.held.Add(-1)
+	if rt.held.Add(1) > int64(rt.opts.MaxHeld) {
+		rt.held.Add(-1)
 		return globalFull
 	}
 	if a.held == 0 {
-		d.holding.Add(1)
+		rt.holding.Add(1)
 	}
 	a.held++
-	d.opts.Pusher.Set(a.push, a.held)
+	rt.opts.Pusher.Set(a.push, a.held)
 	a.heldGauge.Set(float64(a.held))
 	if a.coldSince.IsZero() {
 		a.coldSince = now
-		d.beginColdStart(a, now)
+		rt.beginColdStart(a, now)
 	}
 	if !a.probing {
 		a.probing = true
-		go d.probeLoop(a)
+		go rt.probeLoop(a)
 	}
 	return admitted
 }
 
 // leave frees a slot and tells the scaler.
-func (d *Router) leave(a *app) {
+func (rt *Router) leave(a *app) {
 	a.mu.Lock()
 	a.held--
-	d.held.Add(-1)
+	rt.held.Add(-1)
 	if a.held == 0 {
-		d.holding.Add(-1)
+		rt.holding.Add(-1)
 	}
-	d.opts.Pusher.Set(a.push, a.held)
+	rt.opts.Pusher.Set(a.push, a.held)
 	a.heldGauge.Set(float64(a.held))
 	if a.held == 0 && len(a.eps.Load().ready) == 0 {
 		a.coldSince = time.Time{} // nobody waits any more: this cold start is over
@@ -539,19 +539,19 @@ func (d *Router) leave(a *app) {
 
 // admitHeld takes a slot for a request to a held at start; it returns why
 // not ("" when admitted).
-func (d *Router) admitHeld(a *app, start time.Time) string {
-	if d.stopping() {
+func (rt *Router) admitHeld(a *app, start time.Time) string {
+	if rt.stopping() {
 		return "this activator is shutting down"
 	}
-	limit := cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize)
-	switch d.admit(a, limit, start) {
+	limit := cmp.Or(a.cfg.Load().QueueSize, rt.opts.QueueSize)
+	switch rt.admit(a, limit, start) {
 	case appFull:
 		return fmt.Sprintf("the hold queue of app %s is full (%d requests)", a.key, limit)
 	case overShare:
-		n := d.holding.Load()
-		return fmt.Sprintf("app %s holds its fair share of this activator's %d request slots (%d with %d app(s) holding)", a.key, d.opts.MaxHeld, d.fairShare(n), n)
+		n := rt.holding.Load()
+		return fmt.Sprintf("app %s holds its fair share of this activator's %d request slots (%d with %d app(s) holding)", a.key, rt.opts.MaxHeld, rt.fairShare(n), n)
 	case globalFull:
-		return fmt.Sprintf("the activator holds its maximum of %d requests", d.opts.MaxHeld)
+		return fmt.Sprintf("the activator holds its maximum of %d requests", rt.opts.MaxHeld)
 	}
 	return ""
 }
@@ -559,11 +559,11 @@ func (d *Router) admitHeld(a *app, start time.Time) string {
 // hold holds a request net/http serves in its handler goroutine until a
 // has a ready endpoint (HTTP/1.1 requests are held in the engine instead:
 // holdH1).
-func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
+func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	cfg := a.cfg.Load()
 	if cfg.Placeholder && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
-		d.opts.Metrics.placeholder.Inc()
-		d.placeholderHold(a)
+		rt.opts.Metrics.placeholder.Inc()
+		rt.placeholderHold(a)
 		h := w.Header()
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		h.Set("Cache-Control", "no-store")
@@ -572,14 +572,14 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		io.WriteString(w, placeholderPage(a))
 		return
 	}
-	timeout := cmp.Or(cfg.ColdStartTimeout, d.opts.ColdStartTimeout)
+	timeout := cmp.Or(cfg.ColdStartTimeout, rt.opts.ColdStartTimeout)
 	// Taken before admission, which may start a cold start (and tell the
 	// scaler) at this very time: the first request's wait is the cold start.
 	start := time.Now()
-	if why := d.admitHeld(a, start); why != "" {
-		d.opts.Metrics.rejected.Inc()
-		d.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
-		w.Header().Set("Retry-After", d.retryAfter())
+	if why := rt.admitHeld(a, start); why != "" {
+		rt.opts.Metrics.rejected.Inc()
+		rt.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+		w.Header().Set("Retry-After", rt.retryAfter())
 		http.Error(w, "ebb-activator: "+why+"; retry later", http.StatusServiceUnavailable)
 		return
 	}
@@ -590,32 +590,32 @@ func (d *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		wake := a.wake
 		a.mu.Unlock()
 		if up := a.pick(); up != nil {
-			d.leave(a)
-			d.opts.Metrics.released.Inc()
-			d.forwardHeld(w, r, a, up, start)
+			rt.leave(a)
+			rt.opts.Metrics.released.Inc()
+			rt.forwardHeld(w, r, a, up, start)
 			return
 		}
 		if a.gone.Load() {
-			d.leave(a)
+			rt.leave(a)
 			http.Error(w, fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held", a.key), http.StatusServiceUnavailable)
 			return
 		}
 		select {
 		case <-wake:
 		case <-timer.C:
-			d.leave(a)
-			d.opts.Metrics.timedOut.Inc()
-			d.opts.Metrics.timeouts.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+			rt.leave(a)
+			rt.opts.Metrics.timedOut.Inc()
+			rt.opts.Metrics.timeouts.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
 			http.Error(w, fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)", a.key, time.Since(start).Round(time.Millisecond), timeout), http.StatusGatewayTimeout)
 			return
 		case <-r.Context().Done():
-			d.leave(a) // the client left: its slot is free at once
-			d.opts.Metrics.canceled.Inc()
+			rt.leave(a) // the client left: its slot is free at once
+			rt.opts.Metrics.canceled.Inc()
 			return
-		case <-d.stopped:
-			d.leave(a)
-			w.Header().Set("Retry-After", d.retryAfter())
-			http.Error(w, d.shuttingDown(a), http.StatusServiceUnavailable)
+		case <-rt.stopped:
+			rt.leave(a)
+			w.Header().Set("Retry-After", rt.retryAfter())
+			http.Error(w, rt.shuttingDown(a), http.StatusServiceUnavailable)
 			return
 		}
 	}
@@ -630,9 +630,9 @@ var placeholderHeader = "Content-Type: text/html; charset=utf-8\r\nCache-Control
 
 // placeholderHold counts a placeholder page as a request held for
 // placeholderRefresh, if a has room.
-func (d *Router) placeholderHold(a *app) {
-	if d.admit(a, cmp.Or(a.cfg.Load().QueueSize, d.opts.QueueSize), time.Now()) == admitted {
-		time.AfterFunc(placeholderRefresh, func() { d.leave(a) })
+func (rt *Router) placeholderHold(a *app) {
+	if rt.admit(a, cmp.Or(a.cfg.Load().QueueSize, rt.opts.QueueSize), time.Now()) == admitted {
+		time.AfterFunc(placeholderRefresh, func() { rt.leave(a) })
 	}
 }
 
@@ -646,8 +646,8 @@ func placeholderPage(a *app) string {
 // probeLoop probes the not-ready sidecars of a while it holds requests and
 // has no ready endpoint, so held requests go out the moment a sidecar is
 // ready rather than after EndpointSlice propagation.
-func (d *Router) probeLoop(a *app) {
-	t := time.NewTicker(d.opts.ProbeInterval)
+func (rt *Router) probeLoop(a *app) {
+	t := time.NewTicker(rt.opts.ProbeInterval)
 	defer t.Stop()
 	inflight := map[string]bool{}
 	results := make(chan probeResult, 1024)
@@ -668,7 +668,7 @@ func (d *Router) probeLoop(a *app) {
 				inflight[e.Addr] = true
 				go func(e Endpoint) {
 					select {
-					case results <- probeResult{e.Addr, d.probeReady(e.AdminAddr)}:
+					case results <- probeResult{e.Addr, rt.probeReady(e.AdminAddr)}:
 					default: // the loop ended or is far behind; the next one probes again
 					}
 				}(e)
@@ -682,11 +682,11 @@ func (d *Router) probeLoop(a *app) {
 				changed := slices.ContainsFunc(a.all, func(e Endpoint) bool { return e.Addr == res.addr }) && !a.probed[res.addr]
 				if changed {
 					a.probed[res.addr] = true
-					d.rebuildLocked(a)
+					rt.rebuildLocked(a)
 				}
 				a.mu.Unlock()
 				if changed {
-					d.releaseParked(a)
+					rt.releaseParked(a)
 				}
 			}
 		case <-t.C:
@@ -703,14 +703,14 @@ type probeResult struct {
 // sidecar's is about 150 bytes).
 const probeMaxHeaderBytes = 4 << 10
 
-func (d *Router) probeReady(admin string) bool {
+func (rt *Router) probeReady(admin string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/ready", nil)
 	if err != nil {
 		return false
 	}
-	resp, err := d.probe.Do(req)
+	resp, err := rt.probe.Do(req)
 	if err != nil {
 		return false
 	}
@@ -719,4 +719,4 @@ func (d *Router) probeReady(admin string) bool {
 }
 
 // Held is the number of requests held now across every app.
-func (d *Router) Held() int64 { return d.held.Load() }
+func (rt *Router) Held() int64 { return rt.held.Load() }

@@ -51,9 +51,9 @@ func rigProtocols(t *testing.T, opts RouterOptions, cfg AppConfig, h2c bool) (*R
 	t.Helper()
 	rec := &recorder{}
 	opts.Pusher = rec
-	dp := NewRouter(opts)
-	dp.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}, Value: cfg}}, nil)
-	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	rt := NewRouter(opts)
+	rt.SetRoutes([]routing.Route[AppConfig]{{Key: shopHello, Hosts: []string{"hello.test"}, Value: cfg}}, nil)
+	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	if h2c {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
@@ -63,11 +63,11 @@ func rigProtocols(t *testing.T, opts RouterOptions, cfg AppConfig, h2c bool) (*R
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := NewServer(dp, srv)
+	ds := NewServer(rt, srv)
 	go ds.Serve(ln)
 	t.Cleanup(func() { ds.Close() })
-	t.Cleanup(dp.Close)
-	return dp, "http://" + ln.Addr().String(), rec
+	t.Cleanup(rt.Close)
+	return rt, "http://" + ln.Addr().String(), rec
 }
 
 func testApp(t *testing.T, name string) string {
@@ -98,12 +98,12 @@ func do(t *testing.T, ctx context.Context, url, host string, hdr ...string) (int
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-func waitHeld(t *testing.T, dp *Router, n int64) {
+func waitHeld(t *testing.T, rt *Router, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for dp.Held() != n {
+	for rt.Held() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("held = %d, want %d", dp.Held(), n)
+			t.Fatalf("held = %d, want %d", rt.Held(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -118,8 +118,8 @@ func TestUnknownHostIs404NamingIt(t *testing.T) {
 }
 
 func TestWarmIsProxiedKeepingHost(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	rt, url, rec := rig(t, RouterOptions{}, AppConfig{})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
 	code, _, body := do(t, t.Context(), url, "hello.test:80")
 	if code != 200 || body != "a hello.test:80" {
 		t.Errorf("got %d %q", code, body)
@@ -130,14 +130,14 @@ func TestWarmIsProxiedKeepingHost(t *testing.T) {
 }
 
 func TestHeldUntilReadyThenSpread(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	const n = 10
 	bodies := make(chan string, n)
 	for range n {
 		go func() { _, _, b := do(t, t.Context(), url, "hello.test"); bodies <- b }()
 	}
-	waitHeld(t, dp, n)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}, {Addr: testApp(t, "b"), Ready: true}})
+	waitHeld(t, rt, n)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}, {Addr: testApp(t, "b"), Ready: true}})
 	got := map[string]int{}
 	for range n {
 		got[<-bodies]++
@@ -164,17 +164,17 @@ func TestQueueLimits(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			dp, url, _ := rig(t, c.opts, c.cfg)
+			rt, url, _ := rig(t, c.opts, c.cfg)
 			for range 3 {
 				go do(t, ctx, url, "hello.test")
 			}
-			waitHeld(t, dp, 3)
+			waitHeld(t, rt, 3)
 			code, hdr, body := do(t, t.Context(), url, "hello.test")
 			if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" || !strings.Contains(body, c.want) {
 				t.Errorf("got %d Retry-After=%q %q, want 503 with Retry-After and %q", code, hdr.Get("Retry-After"), body, c.want)
 			}
 			cancel()
-			waitHeld(t, dp, 0)
+			waitHeld(t, rt, 0)
 		})
 	}
 }
@@ -185,9 +185,9 @@ func TestQueueLimits(t *testing.T) {
 func TestFairShare(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	dp, url, _ := rig(t, RouterOptions{QueueSize: 100, MaxHeld: 12}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{QueueSize: 100, MaxHeld: 12}, AppConfig{})
 	other := routing.Key{Namespace: "shop", Name: "other"}
-	dp.SetRoutes([]routing.Route[AppConfig]{
+	rt.SetRoutes([]routing.Route[AppConfig]{
 		{Key: shopHello, Hosts: []string{"hello.test"}},
 		{Key: other, Hosts: []string{"other.test"}},
 	}, nil)
@@ -211,20 +211,20 @@ func TestFairShare(t *testing.T) {
 			t.Errorf("flooding request beyond its share: %d Retry-After=%q %q, want 503 naming the fair share", a.code, a.retryAfter, a.body)
 		}
 	}
-	waitHeld(t, dp, 6)
+	waitHeld(t, rt, 6)
 	for range 3 {
 		go do(t, ctx, url, "other.test")
 	}
-	waitHeld(t, dp, 9) // 12 ÷ (2 + 1) = 4 for the newcomer: its 3 are held
+	waitHeld(t, rt, 9) // 12 ÷ (2 + 1) = 4 for the newcomer: its 3 are held
 	if code, _, body := do(t, t.Context(), url, "hello.test"); code != http.StatusServiceUnavailable || !strings.Contains(body, "(4 with 2 app(s) holding)") {
 		t.Errorf("the flooding app, over its share of 4 with two apps holding: %d %q", code, body)
 	}
 	cancel()
-	waitHeld(t, dp, 0)
+	waitHeld(t, rt, 0)
 }
 
 func TestColdStartTimeoutIs504NamingAppAndWait(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{ColdStartTimeout: time.Hour}, AppConfig{ColdStartTimeout: 150 * time.Millisecond})
+	rt, url, rec := rig(t, RouterOptions{ColdStartTimeout: time.Hour}, AppConfig{ColdStartTimeout: 150 * time.Millisecond})
 	start := time.Now()
 	code, _, body := do(t, t.Context(), url, "hello.test")
 	if took := time.Since(start); took < 150*time.Millisecond || took > 2*time.Second {
@@ -233,22 +233,22 @@ func TestColdStartTimeoutIs504NamingAppAndWait(t *testing.T) {
 	if code != http.StatusGatewayTimeout || !strings.Contains(body, "shop/hello") || !strings.Contains(body, "had no ready pod after 1") || !strings.Contains(body, "(cold-start timeout 150ms)") {
 		t.Errorf("got %d %q, want 504 naming shop/hello and the wait", code, body)
 	}
-	if dp.Held() != 0 || cmp.Diff([]int64{1, 0}, rec.values()) != "" {
-		t.Errorf("after the timeout: held %d, pushes %v", dp.Held(), rec.values())
+	if rt.Held() != 0 || cmp.Diff([]int64{1, 0}, rec.values()) != "" {
+		t.Errorf("after the timeout: held %d, pushes %v", rt.Held(), rec.values())
 	}
 }
 
 func TestClientDisconnectFreesSlotAtOnce(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{QueueSize: 1}, AppConfig{})
+	rt, url, rec := rig(t, RouterOptions{QueueSize: 1}, AppConfig{})
 	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	start := time.Now()
 	c.Close()
-	waitHeld(t, dp, 0)
+	waitHeld(t, rt, 0)
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("slot freed %s after the client left", took)
 	}
@@ -258,13 +258,13 @@ func TestClientDisconnectFreesSlotAtOnce(t *testing.T) {
 	// The slot is free: another request can be held.
 	ctx, cancel := context.WithCancel(t.Context())
 	go do(t, ctx, url, "hello.test")
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	cancel()
-	waitHeld(t, dp, 0)
+	waitHeld(t, rt, 0)
 }
 
 func TestReleasedByProbingNotReadySidecar(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{ProbeInterval: 5 * time.Millisecond}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{ProbeInterval: 5 * time.Millisecond}, AppConfig{})
 	var ready atomic.Bool
 	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ready" && ready.Load() {
@@ -273,10 +273,10 @@ func TestReleasedByProbingNotReadySidecar(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer admin.Close()
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), AdminAddr: strings.TrimPrefix(admin.URL, "http://"), Ready: false}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), AdminAddr: strings.TrimPrefix(admin.URL, "http://"), Ready: false}})
 	done := make(chan string, 1)
 	go func() { _, _, b := do(t, t.Context(), url, "hello.test"); done <- b }()
-	waitHeld(t, dp, 1)
+	waitHeld(t, rt, 1)
 	select {
 	case b := <-done:
 		t.Fatalf("answered %q before the sidecar was ready", b)
@@ -298,18 +298,18 @@ func TestReleasedByProbingNotReadySidecar(t *testing.T) {
 }
 
 func TestRouteDeletedWhileHeldIs503(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	done := make(chan int, 1)
 	go func() { code, _, _ := do(t, t.Context(), url, "hello.test"); done <- code }()
-	waitHeld(t, dp, 1)
-	dp.SetRoutes(nil, nil)
+	waitHeld(t, rt, 1)
+	rt.SetRoutes(nil, nil)
 	if code := <-done; code != http.StatusServiceUnavailable {
 		t.Errorf("got %d, want 503", code)
 	}
 }
 
 func TestPlaceholderForBrowsersOnly(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{Placeholder: true})
+	rt, url, rec := rig(t, RouterOptions{ColdStartTimeout: 100 * time.Millisecond}, AppConfig{Placeholder: true})
 	code, hdr, body := do(t, t.Context(), url, "hello.test", "Accept", "text/html,application/xhtml+xml")
 	if code != http.StatusServiceUnavailable || !strings.Contains(hdr.Get("Content-Type"), "text/html") || !strings.Contains(body, `http-equiv="refresh"`) {
 		t.Errorf("browser got %d %q %q", code, hdr.Get("Content-Type"), body)
@@ -320,7 +320,7 @@ func TestPlaceholderForBrowsersOnly(t *testing.T) {
 	if code, _, _ := do(t, t.Context(), url, "hello.test", "Accept", "application/json"); code != http.StatusGatewayTimeout {
 		t.Errorf("API client got %d, want to be held (then 504)", code)
 	}
-	_ = dp
+	_ = rt
 }
 
 func TestBadRequestHeadsAnswered(t *testing.T) {
@@ -351,11 +351,11 @@ func TestBadRequestHeadsAnswered(t *testing.T) {
 // dashboards show each app's cold starts and their duration.
 func TestColdStartObservedPerApp(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	dp, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg)}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg)}, AppConfig{})
 	done := make(chan struct{})
 	go func() { do(t, t.Context(), url, "hello.test"); close(done) }()
-	waitHeld(t, dp, 1)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
 	<-done
 	families, err := reg.Gather()
 	if err != nil {

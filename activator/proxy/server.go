@@ -24,7 +24,7 @@ import (
 // handler is the Router, which serves that connection from then on; so do
 // connections that open with the HTTP/2 preface (h2c, gRPC).
 type Server struct {
-	d       *Router
+	router  *Router
 	srv     *http.Server
 	ln      *connfeed.Listener
 	h1      *h1.Server
@@ -36,15 +36,15 @@ type Server struct {
 // NewServer returns a Server for d. srv serves the connections
 // handed off (its Handler defaults to d); its ReadHeaderTimeout,
 // IdleTimeout and MaxHeaderBytes apply to warm connections too.
-func NewServer(d *Router, srv *http.Server) *Server {
+func NewServer(router *Router, srv *http.Server) *Server {
 	if srv.Handler == nil {
-		srv.Handler = d
+		srv.Handler = router
 	}
 	s := &Server{
-		d:    d,
-		srv:  srv,
-		ln:   connfeed.New(),
-		stop: make(chan struct{}),
+		router: router,
+		srv:    srv,
+		ln:     connfeed.New(),
+		stop:   make(chan struct{}),
 	}
 	s.h1 = h1.NewServer(h1.Options{
 		Name:           "ebb-activator",
@@ -55,7 +55,7 @@ func NewServer(d *Router, srv *http.Server) *Server {
 		// 504 after its own, and a client that goes away ends the request.
 		// Forwarding headers: as on the net/http path (http1.SetForwarded).
 		KeepRaw: true,
-	}, s, s.ln.Feed, d.opts.Log)
+	}, s, s.ln.Feed, router.opts.Log)
 	return s
 }
 
@@ -84,17 +84,17 @@ func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	if !ok {
 		return cc.HandOff() // net/http answers 400
 	}
-	route, ok := s.d.table.Load().Lookup(string(host), path)
+	route, ok := s.router.table.Load().Lookup(string(host), path)
 	if !ok {
 		return cc.HandOff() // 404 naming the host
 	}
 	up := route.Value.pick()
 	if up == nil {
-		return s.d.holdH1(cc, route.Value)
+		return s.router.holdH1(cc, route.Value)
 	}
-	s.d.opts.Metrics.proxied.Inc()
+	s.router.opts.Metrics.proxied.Inc()
 	keep := cc.RoundTrip(up.pool, rq)
-	s.d.opts.Requests.ObserveH1(cc)
+	s.router.opts.Requests.ObserveH1(cc)
 	return keep
 }
 
@@ -119,7 +119,7 @@ func routedPath(target []byte) (string, bool) {
 
 // UpstreamError logs an endpoint that failed (h1.Handler).
 func (s *Server) UpstreamError(up *h1.Upstream, err error) string {
-	s.d.opts.Log.V(1).Info("upstream failed", "upstream", up.Addr(), "error", err.Error())
+	s.router.opts.Log.V(1).Info("upstream failed", "upstream", up.Addr(), "error", err.Error())
 	return fmt.Sprintf("ebb-activator: upstream %s failed: %v", up.Addr(), err)
 }
 
@@ -132,7 +132,7 @@ func (s *Server) janitor() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			s.d.upstreams.m.Range(func(_, v any) bool {
+			s.router.upstreams.m.Range(func(_, v any) bool {
 				v.(*upstream).pool.CloseIdle(now, h1.UpstreamIdleTimeout)
 				return true
 			})
@@ -164,7 +164,7 @@ func (s *Server) beginStop() {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
 	held := make(chan error, 1)
-	go func() { held <- s.d.Shutdown(ctx) }()
+	go func() { held <- s.router.Shutdown(ctx) }()
 	// The connections wait for the Router's 503s past ctx's end.
 	cut, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -183,7 +183,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// A connection that ended after the Router's last look may have left a
 	// request held or released: no connection is left to bring another.
-	if e := s.d.Shutdown(ctx); err == nil {
+	if e := s.router.Shutdown(ctx); err == nil {
 		err = e
 	}
 	return err

@@ -81,9 +81,9 @@ func keepAlive(t *testing.T, url, host string, n int) []string {
 }
 
 func TestWarmSpreadsOverReadyEndpointsOnOneConnection(t *testing.T) {
-	dp, url, rec := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, rec := rig(t, RouterOptions{}, AppConfig{})
 	a, b := newConnApp(t, "a", nil), newConnApp(t, "b", nil)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: a.addr(), Ready: true}, {Addr: b.addr(), Ready: true}, {Addr: "127.0.0.1:1"}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: a.addr(), Ready: true}, {Addr: b.addr(), Ready: true}, {Addr: "127.0.0.1:1"}})
 	got := keepAlive(t, url, "hello.test", 6)
 	// Round robin over the two ready ones, whichever comes first.
 	want := []string{"200 a", "200 b", "200 a", "200 b", "200 a", "200 b"}
@@ -99,21 +99,21 @@ func TestWarmSpreadsOverReadyEndpointsOnOneConnection(t *testing.T) {
 			t.Errorf("endpoint %s: %d connections opened, want 1 (reused)", name, opened)
 		}
 	}
-	if len(rec.values()) != 0 || dp.Held() != 0 {
-		t.Errorf("warm requests counted as held: pushed %v, held %d", rec.values(), dp.Held())
+	if len(rec.values()) != 0 || rt.Held() != 0 {
+		t.Errorf("warm requests counted as held: pushed %v, held %d", rec.values(), rt.Held())
 	}
 }
 
 func TestWarmEndpointRemovalDropsItsPool(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	a, b := newConnApp(t, "a", nil), newConnApp(t, "b", nil)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: a.addr(), Ready: true}, {Addr: b.addr(), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: a.addr(), Ready: true}, {Addr: b.addr(), Ready: true}})
 	keepAlive(t, url, "hello.test", 2)
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: b.addr(), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: b.addr(), Ready: true}})
 	if got, want := keepAlive(t, url, "hello.test", 3), []string{"200 b", "200 b", "200 b"}; !cmp.Equal(got, want) {
 		t.Errorf("after removing a: %v, want %v", got, want)
 	}
-	if _, ok := dp.upstreams.m.Load(a.addr()); ok {
+	if _, ok := rt.upstreams.m.Load(a.addr()); ok {
 		t.Error("the upstream of the removed endpoint is still cached")
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -130,14 +130,14 @@ func TestWarmEndpointRemovalDropsItsPool(t *testing.T) {
 }
 
 func TestWarmUpstreamDyingMidFlightIs502(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	dying := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {
 		c, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
 			c.Close() // the pod dies after reading the request
 		}
 	})
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: dying.addr(), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: dying.addr(), Ready: true}})
 	code, _, body := do(t, t.Context(), url+"/", "hello.test")
 	if code != http.StatusBadGateway || !strings.HasPrefix(body, "ebb-activator: upstream "+dying.addr()+" failed: ") {
 		t.Errorf("got %d %q, want 502 naming the upstream", code, body)
@@ -155,11 +155,11 @@ func TestWarmUpstreamDyingMidFlightIs502(t *testing.T) {
 // hop-by-hop headers dropped, the client's X-Forwarded-Proto passed as sent
 // and none added (TestForwardingHeadersPassThrough has the policy).
 func TestWarmForwardsHeadersAsNetHTTPPathDoes(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 	app := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s|%s|%s|%s|%s|%s", r.Host, r.URL.RequestURI(), r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Hop"))
 	})
-	dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
 	code, _, body := do(t, t.Context(), url+"/p?q=1", "hello.test", "X-Forwarded-For", "10.1.1.1", "X-Forwarded-Proto", "https", "Connection", "X-Hop", "X-Hop", "dropped")
 	if want := "hello.test|/p?q=1|10.1.1.1, 127.0.0.1||https|"; code != 200 || body != want {
 		t.Errorf("got %d %q, want 200 %q", code, body, want)
@@ -167,16 +167,16 @@ func TestWarmForwardsHeadersAsNetHTTPPathDoes(t *testing.T) {
 }
 
 func TestColdThenWarmOnOneConnection(t *testing.T) {
-	dp, url, _ := rig(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{})
+	rt, url, _ := rig(t, RouterOptions{ColdStartTimeout: 10 * time.Second}, AppConfig{})
 	app := newConnApp(t, "a", nil)
 	held := make(chan bool, 1)
 	go func() {
 		deadline := time.Now().Add(5 * time.Second)
-		for dp.Held() != 1 && time.Now().Before(deadline) {
+		for rt.Held() != 1 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		held <- dp.Held() == 1
-		dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
+		held <- rt.Held() == 1
+		rt.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
 	}()
 	// The first request is held (handed to net/http, parked, released), the
 	// next ones go out warm on the same client connection.
@@ -200,7 +200,7 @@ func TestWarmSmugglingThroughConnectionIsFramed(t *testing.T) {
 		"POST /a HTTP/1.1\r\nHost: hello.test\r\nConnection: Content-Length\r\nContent-Length: 39\r\n\r\n" + smuggled,
 		"POST /a HTTP/1.1\r\nHost: hello.test\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n27\r\n" + smuggled + "\r\n0\r\n\r\n",
 	} {
-		dp, url, _ := rig(t, RouterOptions{}, AppConfig{})
+		rt, url, _ := rig(t, RouterOptions{}, AppConfig{})
 		var mu sync.Mutex
 		var seen []string
 		app := newConnApp(t, "", func(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +210,7 @@ func TestWarmSmugglingThroughConnectionIsFramed(t *testing.T) {
 			mu.Unlock()
 			fmt.Fprint(w, r.URL.Path)
 		})
-		dp.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
+		rt.SetEndpoints(shopHello, []Endpoint{{Addr: app.addr(), Ready: true}})
 		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 		if err != nil {
 			t.Fatal(err)

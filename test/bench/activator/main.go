@@ -87,14 +87,14 @@ func child(path string) error {
 		return err
 	}
 	push.SetAddresses([]string{cfg.Scaler})
-	dp := proxy.NewRouter(proxy.RouterOptions{Pusher: push, MaxHeld: 50000, ColdStartTimeout: 5 * time.Minute})
+	rt := proxy.NewRouter(proxy.RouterOptions{Pusher: push, MaxHeld: 50000, ColdStartTimeout: 5 * time.Minute})
 	var routes []routing.Route[proxy.AppConfig]
 	for _, a := range cfg.Apps {
 		k := routing.Key{Namespace: "bench", Name: a.Name}
 		routes = append(routes, routing.Route[proxy.AppConfig]{Key: k, Hosts: []string{a.Host}, Value: proxy.AppConfig{QueueSize: a.QueueSize}})
-		dp.SetEndpoints(k, a.Endpoints)
+		rt.SetEndpoints(k, a.Endpoints)
 	}
-	dp.SetRoutes(routes, nil)
+	rt.SetRoutes(routes, nil)
 	if os.Getenv("EBB_BENCH_MEMSTATS") != "" {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGUSR1)
@@ -111,8 +111,8 @@ func child(path string) error {
 		return err
 	}
 	// As Run serves it: warm HTTP/1.1 by the engine, the rest by net/http.
-	srv := &http.Server{Handler: dp, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
-	return proxy.NewServer(dp, srv).Serve(ln)
+	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
+	return proxy.NewServer(rt, srv).Serve(ln)
 }
 
 type procs struct {
