@@ -2,6 +2,7 @@ package federation
 
 import (
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -168,7 +169,11 @@ func TestReconcile(t *testing.T) {
 		t.Helper()
 		s := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: metav1.ObjectMeta{Name: "member-" + m.name, Namespace: "ebb-system", Labels: map[string]string{names.Key(MemberLabel): m.name}},
 			Data: map[string][]byte{KubeconfigKey: kubeconfig}}
-		if err := hub.Patch(ctx, s, client.Apply, client.FieldOwner("test"), client.ForceOwnership); err != nil {
+		err := hub.Create(ctx, s)
+		if apierrors.IsAlreadyExists(err) {
+			err = hub.Update(ctx, s) // unconditional: no resourceVersion
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

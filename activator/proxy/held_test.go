@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +23,6 @@ import (
 // what the connection carried).
 type rawApp struct {
 	addr string
-	mu   sync.Mutex
-	got  []string
 	ch   chan string
 }
 
