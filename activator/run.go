@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -33,92 +36,44 @@ import (
 // Run serves the activator until ctx ends, then drains (drain): it
 // accepts until kube-proxy no longer routes to it, then answers every
 // request it took, held ones included, exiting at the latest
-// ColdStartTimeout + DrainTimeout after ctx ended. It wires the two halves: the request
-// path (package proxy) and the control loops that feed it (package
-// control).
+// ColdStartTimeout + DrainTimeout after ctx ended. It wires the two
+// halves: the request path (package proxy) and the control loops that feed
+// it (package control).
 func Run(ctx context.Context, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
 	names := groupsuffix.MustNew(opts.GroupSuffix)
 	log := logroute.Setup("ebb-activator", opts.Log).WithValues("pod", opts.PodName, "groupSuffix", names.Suffix(), "pool", opts.Pool)
-
 	rc, err := kubeclient.Config(opts.Kubeconfig)
 	if err != nil {
 		return err
 	}
 	rc.UserAgent = "ebb-activator"
 	rc.QPS, rc.Burst = 50, 100
-
 	reg := prometheus.NewRegistry()
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: names.Suffix(), control.PoolMetricLabel: opts.Pool}, reg)
 	labelled.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	dial, err := scalerDialOptions(opts)
+	rp, err := newRequestPath(opts, rc, names, labelled, log)
 	if err != nil {
 		return err
 	}
-	var router *proxy.Router
-	sent := func(app holdpush.App, held int64, at time.Time) { router.ScalerTold(app.Namespace, app.Name, held, at) }
-	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: opts.PodNamespace + "/" + opts.PodName, DialOptions: dial, Sent: sent, Log: log.WithName("holdpush")})
-	if err != nil {
-		return fmt.Errorf("held-count push: %w", err)
-	}
-	defer push.Close()
-	if len(opts.ScalerAddresses) > 0 {
-		push.SetAddresses(opts.ScalerAddresses)
-	} else if opts.ScalerService == "" {
-		log.Info("no --scaler-addresses or --scaler-service: held counts reach no scaler, apps at zero are not woken by this activator")
-	}
-
-	tp := tracing.New(opts.Tracing, "ebb-activator", attribute.String("k8s.pod.name", opts.PodName), attribute.String("k8s.namespace.name", opts.PodNamespace))
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		tp.Shutdown(sctx)
-	}()
-	var requests *reqmetrics.Recorder
-	if opts.RequestMetrics {
-		requests = reqmetrics.New(labelled, reqmetrics.Activator)
-	}
-	watcher, err := control.ColdStartWatcher(rc, names, log.WithName("coldstart"))
-	if err != nil {
-		return err
-	}
-	record, err := control.ColdStartRecorder(rc, names, opts.PodNamespace+"/"+opts.PodName, log.WithName("coldstart"))
-	if err != nil {
-		return err
-	}
-	router = proxy.NewRouter(proxy.RouterOptions{
-		QueueSize: opts.QueueSize, MaxHeld: opts.MaxHeld, ColdStartTimeout: opts.ColdStartTimeout,
-		ProbeInterval: opts.ProbeInterval, Pusher: push, Metrics: proxy.NewMetrics(labelled), Requests: requests,
-		Watcher: watcher, OnColdStart: record, Tracer: tp.Tracer, Log: log.WithName("proxy"),
-	})
-
-	_, adminPortStr, _ := net.SplitHostPort(opts.AdminListen)
-	adminPort, _ := strconv.Atoi(adminPortStr)
-	onScalers := func(addrs []string) {
-		push.SetAddresses(addrs)
-		log.Info("scaler addresses", "addresses", addrs)
-	}
-	loops, err := control.New(rc, control.Config{
-		Names: names, PodName: opts.PodName, PodNamespace: opts.PodNamespace, ActivatorSelector: opts.ActivatorSelector,
-		Pool: opts.Pool, PoolsConfigMap: opts.PoolsConfigMap, HandoffPort: opts.HandoffPort, AdminPort: adminPort,
-		SidecarAdminPort: opts.SidecarAdminPort, Resync: opts.Resync, ScalerService: opts.ScalerService, LeaderElect: opts.LeaderElect,
-	}, router, labelled, onScalers, log)
+	defer rp.close()
+	loops, err := newControlLoops(opts, rc, names, rp, labelled, log)
 	if err != nil {
 		return err
 	}
 
+	// The control loops run until the drain is over; the first routing
+	// table is built before the data port opens.
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRun()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancelRun()
 	loopsErr := make(chan error, 1)
 	tableReady := make(chan struct{})
 	wg.Go(func() { loopsErr <- loops.Run(runCtx, tableReady) })
-	// The first table is built before the data port opens.
 	select {
 	case <-tableReady:
 	case err := <-loopsErr:
@@ -126,32 +81,18 @@ func Run(ctx context.Context, opts Options) error {
 	case <-ctx.Done():
 		return nil
 	}
+
 	draining := make(chan struct{})
-	admin := &http.Server{Addr: opts.AdminListen, Handler: adminHandler(reg, router, loops, opts.PodName, draining), ReadHeaderTimeout: 10 * time.Second}
-	data := &http.Server{Addr: opts.Listen, Handler: router, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
-	data.Protocols = new(http.Protocols)
-	data.Protocols.SetHTTP1(true)
-	data.Protocols.SetUnencryptedHTTP2(true)
-	dataLn, err := net.Listen("tcp", opts.Listen)
+	srv, err := listen(opts, rp.router, adminHandler(reg, rp.router, loops, opts.PodName, draining))
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", opts.Listen, err)
+		return err
 	}
-	adminLn, err := net.Listen("tcp", opts.AdminListen)
-	if err != nil {
-		dataLn.Close()
-		return fmt.Errorf("listen on %s: %w", opts.AdminListen, err)
-	}
-	serveErr := make(chan error, 2)
-	dataSrv := proxy.NewServer(router, data)
-	accepts := &acceptClock{Listener: dataLn}
-	go func() { serveErr <- serveData(dataSrv, accepts) }()
-	go func() { serveErr <- serve(admin, adminLn, "admin") }()
 	log.Info("activator serving", "listen", opts.Listen, "admin", opts.AdminListen, "group", names.Group())
 
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case runErr = <-serveErr:
+	case runErr = <-srv.errs:
 	case runErr = <-loopsErr: // the table would go stale
 	}
 	close(draining)
@@ -163,10 +104,121 @@ func Run(ctx context.Context, opts Options) error {
 	if runErr != nil { // the routing table would go stale: no longer trusted
 		routed = func() bool { return false }
 	}
-	drain{log: log, data: dataSrv, accepts: accepts, routed: routed,
+	drain{log: log, data: srv.data, accepts: srv.accepts, routed: routed,
 		delay: opts.DrainDelay, coldStart: opts.ColdStartTimeout, timeout: opts.DrainTimeout}.run(time.Now())
-	admin.Close()
+	srv.admin.Close()
 	return runErr
+}
+
+// requestPath is the activator's request path and what it tells: the
+// Router, the held-count push to the scalers, the tracer.
+type requestPath struct {
+	router *proxy.Router
+	push   *holdpush.Client
+	tp     *tracing.Provider
+}
+
+// newRequestPath builds the Router, the push of held counts to the
+// scalers (fixed --scaler-addresses, or those the control loops find) and
+// the tracer; close releases them.
+func newRequestPath(opts Options, rc *rest.Config, names groupsuffix.Names, reg prometheus.Registerer, log logr.Logger) (*requestPath, error) {
+	dial, err := scalerDialOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	rp := &requestPath{}
+	sent := func(app holdpush.App, held int64, at time.Time) {
+		rp.router.ScalerTold(app.Namespace, app.Name, held, at)
+	}
+	rp.push, err = holdpush.NewClient(holdpush.ClientOptions{Activator: opts.PodNamespace + "/" + opts.PodName, DialOptions: dial, Sent: sent, Log: log.WithName("holdpush")})
+	if err != nil {
+		return nil, fmt.Errorf("held-count push: %w", err)
+	}
+	if len(opts.ScalerAddresses) > 0 {
+		rp.push.SetAddresses(opts.ScalerAddresses)
+	} else if opts.ScalerService == "" {
+		log.Info("no --scaler-addresses or --scaler-service: held counts reach no scaler, apps at zero are not woken by this activator")
+	}
+	watcher, err := control.ColdStartWatcher(rc, names, log.WithName("coldstart"))
+	if err != nil {
+		rp.push.Close()
+		return nil, err
+	}
+	record, err := control.ColdStartRecorder(rc, names, opts.PodNamespace+"/"+opts.PodName, log.WithName("coldstart"))
+	if err != nil {
+		rp.push.Close()
+		return nil, err
+	}
+	var requests *reqmetrics.Recorder
+	if opts.RequestMetrics {
+		requests = reqmetrics.New(reg, reqmetrics.Activator)
+	}
+	rp.tp = tracing.New(opts.Tracing, "ebb-activator", attribute.String("k8s.pod.name", opts.PodName), attribute.String("k8s.namespace.name", opts.PodNamespace))
+	rp.router = proxy.NewRouter(proxy.RouterOptions{
+		QueueSize: opts.QueueSize, MaxHeld: opts.MaxHeld, ColdStartTimeout: opts.ColdStartTimeout,
+		ProbeInterval: opts.ProbeInterval, Pusher: rp.push, Metrics: proxy.NewMetrics(reg), Requests: requests,
+		Watcher: watcher, OnColdStart: record, Tracer: rp.tp.Tracer, Log: log.WithName("proxy"),
+	})
+	return rp, nil
+}
+
+func (rp *requestPath) close() {
+	rp.push.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rp.tp.Shutdown(ctx)
+}
+
+// newControlLoops builds the control loops that feed rp's Router and tell
+// its push where the scalers are.
+func newControlLoops(opts Options, rc *rest.Config, names groupsuffix.Names, rp *requestPath, reg prometheus.Registerer, log logr.Logger) (*control.Loops, error) {
+	_, adminPortStr, _ := net.SplitHostPort(opts.AdminListen)
+	adminPort, _ := strconv.Atoi(adminPortStr)
+	onScalers := func(addrs []string) {
+		rp.push.SetAddresses(addrs)
+		log.Info("scaler addresses", "addresses", addrs)
+	}
+	return control.New(rc, control.Config{
+		Names: names, PodName: opts.PodName, PodNamespace: opts.PodNamespace, ActivatorSelector: opts.ActivatorSelector,
+		Pool: opts.Pool, PoolsConfigMap: opts.PoolsConfigMap, HandoffPort: opts.HandoffPort, AdminPort: adminPort,
+		SidecarAdminPort: opts.SidecarAdminPort, Resync: opts.Resync, ScalerService: opts.ScalerService, LeaderElect: opts.LeaderElect,
+	}, rp.router, reg, onScalers, log)
+}
+
+// servers are the data and admin ports, serving; errs receives the error
+// of either that stops.
+type servers struct {
+	data    *proxy.Server
+	accepts *acceptClock // the data port's listener, which notes each accept
+	admin   *http.Server
+	errs    chan error
+}
+
+// listen opens the data port (HTTP/1.1 through the engine, h2c and the
+// rest through net/http) and the admin port, and serves them.
+func listen(opts Options, router *proxy.Router, adminHandler http.Handler) (*servers, error) {
+	data := &http.Server{Addr: opts.Listen, Handler: router, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
+	data.Protocols = new(http.Protocols)
+	data.Protocols.SetHTTP1(true)
+	data.Protocols.SetUnencryptedHTTP2(true)
+	dataLn, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", opts.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", opts.AdminListen)
+	if err != nil {
+		dataLn.Close()
+		return nil, fmt.Errorf("listen on %s: %w", opts.AdminListen, err)
+	}
+	s := &servers{
+		data:    proxy.NewServer(router, data),
+		accepts: &acceptClock{Listener: dataLn},
+		admin:   &http.Server{Addr: opts.AdminListen, Handler: adminHandler, ReadHeaderTimeout: 10 * time.Second},
+		errs:    make(chan error, 2),
+	}
+	go func() { s.errs <- serveData(s.data, s.accepts) }()
+	go func() { s.errs <- serve(s.admin, adminLn, "admin") }()
+	return s, nil
 }
 
 func serveData(s *proxy.Server, ln net.Listener) error {
