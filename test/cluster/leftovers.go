@@ -44,7 +44,7 @@ const etcdDataGlob = "/dev/shm/ebb-etcd-*"
 
 // Leftovers describes what local clusters left on this machine: container
 // processes, shims, mounts, state directories, cgroups, etcd's data, the
-// bridge, network namespaces and veths, kube-proxy's tables and the saved
+// bridge, network namespaces and veths, kube-proxy's tables and the tests' (sweptTables) and the saved
 // kernel settings not yet restored. It is empty when nothing is left.
 func Leftovers() []string {
 	var left []string
@@ -68,7 +68,7 @@ func Leftovers() []string {
 	if _, err := os.Stat("/sys/class/net/" + BridgeName); err == nil {
 		left = append(left, "link "+BridgeName)
 	}
-	for _, t := range kubeProxyTables {
+	for _, t := range sweptTables {
 		if exec.Command("nft", "list", "table", t[0], t[1]).Run() == nil {
 			left = append(left, "nftables table "+t[0]+" "+t[1])
 		}

@@ -23,8 +23,15 @@ const (
 	APIServerPort = 6443
 )
 
-// kubeProxyTables are the nftables tables kube-proxy creates in nftables mode.
-var kubeProxyTables = [][2]string{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}
+// PartitionTable is the nftables table (inet family) in which a test cuts
+// the network between pods; removed with cluster 0's network, so a test
+// killed by its timeout leaves no rules naming pod IPs a later cluster
+// reuses.
+const PartitionTable = "ebb-test-partition"
+
+// sweptTables are the nftables tables removed with cluster 0's network:
+// kube-proxy's (nftables mode) and PartitionTable.
+var sweptTables = [][2]string{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}, {"inet", PartitionTable}}
 
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 
@@ -85,7 +92,7 @@ func setupNetwork(p plan) error {
 func removeNetwork(p plan) {
 	if p.netns == "" {
 		_ = run("ip", "link", "del", BridgeName)
-		for _, t := range kubeProxyTables {
+		for _, t := range sweptTables {
 			_ = run("nft", "delete", "table", t[0], t[1])
 		}
 		return

@@ -23,12 +23,14 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
 // partitionTable is the nftables table of TestPartitionBetweenActivators,
-// of its own (inet family), so nothing else's rules are touched.
-const partitionTable = "ebb-test-partition"
+// of its own (inet family), so nothing else's rules are touched; a local
+// cluster's removal sweeps it too.
+const partitionTable = cluster.PartitionTable
 
 // partitionFor is how long each phase keeps the two activators apart.
 const partitionFor = 20 * time.Second
