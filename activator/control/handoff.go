@@ -195,11 +195,9 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 }
 
 // ownSlice reports whether sl, a hand-off slice of the instance, is this
-// pool's: labelled with it, or unlabelled (published before pools) and
-// this is the default pool.
+// pool's: labelled with it (every hand-off slice carries its pool's label).
 func (h *handoff) ownSlice(sl *discoveryv1.EndpointSlice) bool {
-	pool, ok := sl.Labels[h.names.Key(PoolLabel)]
-	return pool == h.cfg.Pool || (!ok && h.cfg.Pool == DefaultPool)
+	return sl.Labels[h.names.Key(PoolLabel)] == h.cfg.Pool
 }
 
 // movedTo returns the pool that now admits the route of sl, this pool's

@@ -126,7 +126,7 @@ func (p compiledPool) describe() string {
 
 // binder tells which pool admits a route, from the pools ConfigMap and the
 // namespaces in the cache; without a ConfigMap this replica's pool admits
-// every route (one pool, as before pools).
+// every route (one pool).
 type binder struct {
 	cfg   Config
 	cache client.Reader // the manager's cache: the ConfigMap, Namespaces
@@ -189,7 +189,7 @@ func (ps pools) needNamespaces() bool {
 }
 
 // poolLeaseName is the pool's Lease: activator.<suffix> for the default
-// pool (as before pools), activator-<pool>.<suffix> for the others.
+// pool, activator-<pool>.<suffix> for the others.
 func poolLeaseName(names groupsuffix.Names, pool string) string {
 	if pool == DefaultPool {
 		return names.ClusterScopedName("activator")
@@ -199,8 +199,8 @@ func poolLeaseName(names groupsuffix.Names, pool string) string {
 
 // poolSliceName is the hand-off slice of a Service for one instance's
 // pool: the Service's name and a hash of the instance's managed-by value
-// (and the pool's name, but for the default pool, whose slices keep the
-// names they had before pools).
+// (and the pool's name, but for the default pool, the one most
+// installations have alone).
 func poolSliceName(service string, names groupsuffix.Names, pool string) string {
 	id := names.EndpointSliceManagedBy()
 	if pool != DefaultPool {

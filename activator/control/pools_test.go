@@ -64,10 +64,9 @@ func TestParsePoolsRefuses(t *testing.T) {
 	}
 }
 
-// TestPoolNames: the default pool keeps the Lease and hand-off slice names
-// of an activator before pools (an upgrade finds its own slices); other
-// pools' names differ from it, from each other, and from another
-// instance's.
+// TestPoolNames: the default pool's Lease and hand-off slice names are the
+// plain ones; other pools' names differ from them, from each other, and
+// from another instance's.
 func TestPoolNames(t *testing.T) {
 	ebb, team1 := groupsuffix.MustNew("ebb.dev"), groupsuffix.MustNew("team1.example.com")
 	if got := poolLeaseName(ebb, DefaultPool); got != "activator.ebb.dev" {
@@ -77,7 +76,7 @@ func TestPoolNames(t *testing.T) {
 		t.Errorf("pool a's Lease %q", got)
 	}
 	if got := poolSliceName("hello", ebb, DefaultPool); got != "hello-activator-ee974f74" {
-		t.Errorf("default pool's slice %q: the name before pools was hello-activator-ee974f74", got)
+		t.Errorf("default pool's slice %q, want hello-activator-ee974f74", got)
 	}
 	seen := map[string]bool{}
 	for _, n := range []groupsuffix.Names{ebb, team1} {
