@@ -184,3 +184,103 @@ func TestHeldAtShutdownDeadlineGets503WithRetryAfter(t *testing.T) {
 		}
 	})
 }
+
+// An h2c request held in its handler at Shutdown's deadline is answered
+// 503 with Retry-After even when Router.Shutdown's first look found
+// nothing held (it returned) while an engine connection kept h1.Shutdown
+// busy (a slow warm request). It was cut: nothing stopped holding until
+// srv.Shutdown had cut the h2c connection.
+func TestH2CHeldAfterIdleFirstPassGets503(t *testing.T) {
+	ds, dp, url := drainRig(t, RouterOptions{}, true)
+	warmKey := routing.Key{Namespace: "shop", Name: "warm"}
+	dp.SetRoutes([]routing.Route[AppConfig]{
+		{Key: shopHello, Hosts: []string{"hello.test"}},
+		{Key: warmKey, Hosts: []string{"warm.test"}},
+	}, nil)
+	dp.SetEndpoints(warmKey, []Endpoint{{Addr: slowApp(t, 4*time.Second), Ready: true}})
+
+	ds.CloseAfterResponses() // the drain's first step, as drain.run does
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	cl := &http.Client{Transport: tr}
+	// An h2c connection opened during the drain's accept phase, busy with
+	// a slow warm stream (so that keep-alives being off does not close it).
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Host = "warm.test"
+		if resp, err := cl.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	// A slow warm request through the engine keeps h1.Shutdown waiting.
+	w := dialRaw(t, url)
+	io.WriteString(w, "GET / HTTP/1.1\r\nHost: warm.test\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	go ds.Shutdown(ctx)
+	time.Sleep(100 * time.Millisecond) // Router.Shutdown's first pass: idle, returned
+
+	done := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Host = "hello.test"
+		resp, err := cl.Do(req)
+		if err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		done <- fmt.Sprintf("%d Retry-After: %s %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}()
+	waitHeld(t, dp, 1)
+	got := <-done
+	want := "503 Retry-After: 1 ebb-activator: this activator is shutting down and app shop/hello has no ready pod yet; retry\n"
+	if got != want {
+		t.Errorf("h2c request held at Shutdown's deadline: got %q after %s, want %q", got, time.Since(start).Round(time.Millisecond), want)
+	}
+}
+
+// A request parked in the engine after Router.Shutdown's first look
+// returned is answered 503 with Retry-After at Shutdown's deadline. It was
+// answered only once srv.Shutdown returned (a long h2c stream kept it
+// open until the deadline + answerGrace).
+func TestParkedAfterIdleFirstPassAnsweredAtDeadline(t *testing.T) {
+	ds, dp, url := drainRig(t, RouterOptions{}, true)
+	warmKey := routing.Key{Namespace: "shop", Name: "warm"}
+	dp.SetRoutes([]routing.Route[AppConfig]{
+		{Key: shopHello, Hosts: []string{"hello.test"}},
+		{Key: warmKey, Hosts: []string{"warm.test"}},
+	}, nil)
+	dp.SetEndpoints(warmKey, []Endpoint{{Addr: slowApp(t, 4*time.Second), Ready: true}})
+	ds.CloseAfterResponses()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	go func() { // a long h2c stream: srv.Shutdown waits for it
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Host = "warm.test"
+		if resp, err := (&http.Client{Transport: tr}).Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	c := dialRaw(t, url)
+	io.WriteString(c, "GET / HTTP/1.1\r\n") // a head under way
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	go ds.Shutdown(ctx)
+	time.Sleep(100 * time.Millisecond) // Router.Shutdown's first pass: idle, returned
+	io.WriteString(c, "Host: hello.test\r\n\r\n")
+	waitHeld(t, dp, 1)
+	got := rawResponse(c)
+	took := time.Since(start)
+	if !strings.HasPrefix(got, "503 Retry-After: 1 ") || took > 1500*time.Millisecond {
+		t.Errorf("parked at Shutdown's deadline (500ms): got %q after %s", got, took.Round(time.Millisecond))
+	}
+}

@@ -157,14 +157,22 @@ func (s *Server) beginStop() {
 // Shutdown stops accepting and waits until every request the data port
 // took has been answered: the requests in flight on its connections
 // (proxied, or held in a handler) and the Router's held and released
-// ones (Router.Shutdown). When ctx ends first, the requests still held
-// are answered 503 with Retry-After (Router.Shutdown), and the
+// ones (Router.Shutdown). When ctx ends first, the requests still held,
+// or held from then on, are answered 503 with Retry-After at once
+// (Router.stopHolding), and the
 // connections left are cut answerGrace later. It returns ctx's error if
 // it had to answer or cut anything.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
 	held := make(chan error, 1)
 	go func() { held <- s.router.Shutdown(ctx) }()
+	// At ctx's end, stop holding whatever Router.Shutdown's look saw: a
+	// request held after it returned (an h2c stream in its handler, a
+	// request parked on a connection under way) is answered 503 then, not
+	// once the connections are done (a long stream keeps srv.Shutdown
+	// open until they are cut).
+	stopHold := context.AfterFunc(ctx, func() { s.router.stopHolding(ctx.Err()) })
+	defer stopHold()
 	// The connections wait for the Router's 503s past ctx's end.
 	cut, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
