@@ -185,6 +185,28 @@ func TestHeldAtShutdownDeadlineGets503WithRetryAfter(t *testing.T) {
 	})
 }
 
+// A request that would go to net/http but arrives while Server.Shutdown
+// runs (here one for a host no AppRoute routes) gets its answer, the 404
+// naming the host. It was handed to net/http, which read it after
+// srv.Shutdown began and dropped it (conn.serve returns unanswered while
+// shutting down): the client got a cut connection.
+func TestHandedOffDuringShutdownIsAnswered(t *testing.T) {
+	ds, _, url := drainRig(t, RouterOptions{}, false)
+	ds.CloseAfterResponses() // the drain's first step, as drain.run does
+	c := dialRaw(t, url)
+	io.WriteString(c, "GET / HTTP/1.1\r\n") // a head under way: not idle, so Stop keeps it
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	go ds.Shutdown(ctx)
+	time.Sleep(100 * time.Millisecond)
+	io.WriteString(c, "Host: nobody.test\r\n\r\n")
+	got := rawResponse(c)
+	if !strings.HasPrefix(got, "404 ") {
+		t.Errorf("a request taken during Shutdown and handed to net/http: got %q, want its 404", got)
+	}
+}
+
 // An h2c request held in its handler at Shutdown's deadline is answered
 // 503 with Retry-After even when Router.Shutdown's first look found
 // nothing held (it returned) while an engine connection kept h1.Shutdown

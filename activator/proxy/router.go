@@ -415,7 +415,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route, ok := rt.table.Load().Lookup(r.Host, r.URL.Path)
 	if !ok {
 		rt.opts.Metrics.notFound.Inc()
-		http.Error(w, fmt.Sprintf("ebb-activator: no app is routed for host %q and path %q", r.Host, r.URL.Path), http.StatusNotFound)
+		http.Error(w, notRouted(r.Host, r.URL.Path), http.StatusNotFound)
 		return
 	}
 	a := route.Value
@@ -425,6 +425,12 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.hold(w, r, a)
+}
+
+// notRouted is the 404 answer to a request for a host and path no app is
+// routed for.
+func notRouted(host, path string) string {
+	return fmt.Sprintf("ebb-activator: no app is routed for host %q and path %q", host, path)
 }
 
 // forwardHeld forwards a request held since heldAt to up, notes its first

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebb-dev/ebb/internal/connfeed"
@@ -31,6 +32,16 @@ type Server struct {
 	srvOnce sync.Once
 	stop    chan struct{}
 	stopped sync.Once
+	// stopping is set once Shutdown or Close began: a request that would
+	// be handed to net/http is answered by the engine instead (net/http
+	// drops a request it reads once srv.Shutdown began).
+	stopping atomic.Bool
+	// handed lists, by client address, the connections handed to net/http
+	// with a request that net/http has not read yet; Shutdown waits until
+	// it has before srv.Shutdown begins.
+	handedMu sync.Mutex
+	handed   map[string]struct{}
+	handedCh chan struct{} // closed when handed empties, if someone waits
 }
 
 // NewServer returns a Server for d. srv serves the connections
@@ -45,6 +56,16 @@ func NewServer(router *Router, srv *http.Server) *Server {
 		srv:    srv,
 		ln:     connfeed.New(),
 		stop:   make(chan struct{}),
+		handed: map[string]struct{}{},
+	}
+	state := srv.ConnState
+	srv.ConnState = func(c net.Conn, cs http.ConnState) {
+		if cs != http.StateNew {
+			s.read(c)
+		}
+		if state != nil {
+			state(c, cs)
+		}
 	}
 	s.h1 = h1.NewServer(h1.Options{
 		Name:           "ebb-activator",
@@ -78,15 +99,15 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	host, target := cc.Host(), cc.Target()
 	if len(host) == 0 || len(target) == 0 || target[0] != '/' {
-		return cc.HandOff()
+		return s.handOff(cc, "")
 	}
 	path, ok := routedPath(target)
 	if !ok {
-		return cc.HandOff() // net/http answers 400
+		return s.handOff(cc, "") // net/http answers 400
 	}
 	route, ok := s.router.table.Load().Lookup(string(host), path)
 	if !ok {
-		return cc.HandOff() // 404 naming the host
+		return s.handOff(cc, notRouted(string(host), path)) // 404 naming the host
 	}
 	up := route.Value.pick()
 	if up == nil {
@@ -96,6 +117,64 @@ func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	keep := cc.RoundTrip(up.pool, rq)
 	s.router.opts.Requests.ObserveH1(cc)
 	return keep
+}
+
+// handOff gives cc's request to net/http; once the server is stopping, the
+// engine answers it instead: notFound (404) if the request names no routed
+// app, else 503 with Retry-After (a request that would be held or sent on
+// to an app: the client retries elsewhere), each closing the connection.
+// A request handed off before is counted until net/http has read it
+// (ConnState), so that srv.Shutdown does not begin before.
+func (s *Server) handOff(cc *h1.Conn, notFound string) bool {
+	if !s.stopping.Load() {
+		s.handedMu.Lock()
+		s.handed[cc.NetConn().RemoteAddr().String()] = struct{}{}
+		s.handedMu.Unlock()
+		if !s.stopping.Load() {
+			return cc.HandOff()
+		}
+		s.read(cc.NetConn())
+	}
+	if notFound != "" {
+		s.router.opts.Metrics.notFound.Inc()
+		return cc.Answer(http.StatusNotFound, "", notFound+"\n")
+	}
+	return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+s.router.retryAfter()+"\r\n", "ebb-activator: this activator is shutting down; retry\n")
+}
+
+// read notes that net/http has read the request of a connection handed
+// off (or that it is not to be handed off).
+func (s *Server) read(c net.Conn) {
+	s.handedMu.Lock()
+	defer s.handedMu.Unlock()
+	k := c.RemoteAddr().String()
+	if _, ok := s.handed[k]; !ok {
+		return
+	}
+	delete(s.handed, k)
+	if len(s.handed) == 0 && s.handedCh != nil {
+		close(s.handedCh)
+		s.handedCh = nil
+	}
+}
+
+// waitHanded waits until net/http has read every request handed to it,
+// or until ctx ends.
+func (s *Server) waitHanded(ctx context.Context) {
+	s.handedMu.Lock()
+	if len(s.handed) == 0 {
+		s.handedMu.Unlock()
+		return
+	}
+	if s.handedCh == nil {
+		s.handedCh = make(chan struct{})
+	}
+	ch := s.handedCh
+	s.handedMu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
 }
 
 // routedPath is the path an origin-form target is routed by: as net/http
@@ -150,6 +229,7 @@ func (s *Server) CloseAfterResponses() {
 }
 
 func (s *Server) beginStop() {
+	s.stopping.Store(true)
 	s.stopped.Do(func() { close(s.stop) })
 	s.h1.Stop()
 }
@@ -179,6 +259,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(answerGrace, cancel) })
 	defer stop()
 	err := s.h1.Shutdown(cut)
+	// Every hand-off has been taken by now (h1.Shutdown waited for the
+	// engine's connections, the last hand-offs among them); net/http must
+	// have read their requests before it begins to shut down.
+	s.waitHanded(cut)
 	if e := s.srv.Shutdown(cut); e != nil {
 		s.srv.Close()
 		if err == nil {
