@@ -43,6 +43,7 @@ type Options struct {
 	Kubeconfig       string // empty: in-cluster configuration
 	QueueSize        int
 	MaxHeld          int
+	MaxHeldBytes     int
 	ColdStartTimeout time.Duration
 	ProbeInterval    time.Duration
 	Resync           time.Duration
@@ -95,6 +96,7 @@ func DefaultOptions() Options {
 		AdminListen:       ":8081",
 		QueueSize:         proxy.DefaultQueueSize,
 		MaxHeld:           proxy.DefaultMaxHeld,
+		MaxHeldBytes:      proxy.DefaultMaxHeldBytes,
 		ColdStartTimeout:  proxy.DefaultColdStartTimeout,
 		ProbeInterval:     proxy.DefaultProbeInterval,
 		Resync:            DefaultResync,
@@ -142,6 +144,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.Kubeconfig(&o.Kubeconfig)
 	s.Int(&o.QueueSize, "queue-size", "requests held per app unless its AppRoute says otherwise")
 	s.Int(&o.MaxHeld, "max-held", "requests held across every app")
+	s.Int(&o.MaxHeldBytes, "max-held-bytes", "bytes the held HTTP/1.x requests' heads may take across every app (past it: 503 with Retry-After)")
 	s.Duration(&o.ColdStartTimeout, "cold-start-timeout", "how long a request is held unless its AppRoute says otherwise")
 	s.Duration(&o.ProbeInterval, "probe-interval", "period of /ready probes of not-ready sidecars while requests are held")
 	s.Duration(&o.Resync, "resync", "period of the full re-list of AppRoutes; not ready after 3 failed in a row")
@@ -165,6 +168,10 @@ func (o *Options) Bind(s *options.Set) {
 	s.Pod(&o.PodName, &o.PodNamespace, &o.PodIP)
 }
 
+// MinMaxHeldBytes is the smallest --max-held-bytes: 16 heads of the data
+// port's largest (64 KiB).
+const MinMaxHeldBytes = 1 << 20
+
 // MaxColdStartTimeout is the longest --cold-start-timeout: the one ceiling
 // of cold-start timeouts, v1alpha1.MaxColdStartTimeout.
 const MaxColdStartTimeout = routingv1alpha1.MaxColdStartTimeout
@@ -186,6 +193,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxHeld < o.QueueSize {
 		bad("--max-held %d: must be at least --queue-size (%d)", o.MaxHeld, o.QueueSize)
+	}
+	if o.MaxHeldBytes < MinMaxHeldBytes {
+		bad("--max-held-bytes %d: want at least %d (1 MiB)", o.MaxHeldBytes, MinMaxHeldBytes)
 	}
 	if o.ColdStartTimeout < time.Millisecond || o.ColdStartTimeout > MaxColdStartTimeout {
 		bad("--cold-start-timeout %s: want 1ms to %s", o.ColdStartTimeout, MaxColdStartTimeout)

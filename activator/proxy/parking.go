@@ -61,6 +61,7 @@ type parked struct {
 	deadline   time.Time
 	timeout    time.Duration
 	token      uint64
+	size       int64   // h1.Conn.ParkSize, counted in Router.heldBytes
 	hidx       int     // index in parking.heap
 	prev, next *parked // a's list, oldest first, guarded by parking.mu
 	polled     bool    // registered with the poller
@@ -131,18 +132,26 @@ func (rt *Router) holdH1(cc *h1.Conn, a *app) bool {
 	// Taken before admission, which may start a cold start (and tell the
 	// scaler) at this very time: the first request's wait is the cold start.
 	start := time.Now()
-	if why := rt.admitHeld(a, start); why != "" {
+	why := rt.admitHeld(a, start)
+	size := int64(cc.ParkSize())
+	if why == "" && rt.heldBytes.Add(size) > rt.opts.MaxHeldBytes {
+		rt.heldBytes.Add(-size)
+		rt.leave(a)
+		why = fmt.Sprintf("the activator holds its maximum of %d bytes of held requests", rt.opts.MaxHeldBytes)
+	}
+	if why != "" {
 		rt.opts.Metrics.rejected.Inc()
 		rt.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
 		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+rt.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
 	}
-	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, timeout) })
+	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, timeout, size) })
 }
 
 // parkConn keeps the request the engine parked, hp.
-func (rt *Router) parkConn(hp *h1.Parked, a *app, start time.Time, timeout time.Duration) {
-	p := &parked{hp: hp, a: a, start: start, deadline: start.Add(timeout), timeout: timeout}
+func (rt *Router) parkConn(hp *h1.Parked, a *app, start time.Time, timeout time.Duration, size int64) {
+	p := &parked{hp: hp, a: a, start: start, deadline: start.Add(timeout), timeout: timeout, size: size}
 	if !rt.parking.add(p) {
+		rt.heldBytes.Add(-size)
 		rt.leave(a)
 		hp.Drop()
 		return
@@ -184,6 +193,7 @@ func (pk *parking) takeLocked(p *parked) bool {
 	if pk.byTok[p.token] != p {
 		return false
 	}
+	pk.router.heldBytes.Add(-p.size)
 	delete(pk.byTok, p.token)
 	heap.Remove(&pk.heap, p.hidx)
 	if p.prev != nil {

@@ -194,3 +194,42 @@ func TestHeldHTTP10(t *testing.T) {
 		t.Errorf("got %q", b)
 	}
 }
+
+// The heads of parked requests share one byte budget (MaxHeldBytes): a
+// client sending heads near the data port's MaxHeaderBytes (64 KiB here)
+// gets 503 with Retry-After once they fill it, while requests of ordinary
+// size are still held, and the budget frees as the held requests leave.
+// Without it, 20,000 held requests of 60 KiB heads kept 1.3 GiB (the
+// chart's memory limit: 512Mi).
+func TestHeldHeadsByteBudget(t *testing.T) {
+	rt, url, _ := rig(t, RouterOptions{MaxHeldBytes: 256 << 10}, AppConfig{})
+	big := "GET / HTTP/1.1\r\nHost: hello.test\r\nX-Pad: " + strings.Repeat("a", 60<<10) + "\r\n\r\n"
+	var held []net.Conn
+	for i := range 4 { // 4 × 60 KiB fit in 256 KiB
+		c := dialRaw(t, url)
+		io.WriteString(c, big)
+		waitHeld(t, rt, int64(i+1))
+		held = append(held, c)
+	}
+	c := dialRaw(t, url)
+	io.WriteString(c, big)
+	if got, want := rawResponse(c), "503 Retry-After: 1 ebb-activator: the activator holds its maximum of 262144 bytes of held requests; retry later\n"; got != want {
+		t.Errorf("a large head past the budget: got %q, want %q", got, want)
+	}
+	for i := range 20 { // ordinary requests still fit
+		c := dialRaw(t, url)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+		waitHeld(t, rt, int64(5+i))
+		held = append(held, c)
+	}
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: echoApp(t), Ready: true}})
+	for i, c := range held {
+		if got := readAnswers(t, c, 1); got[0].Code != http.StatusOK {
+			t.Errorf("held request %d: got %+v, want 200", i, got[0])
+		}
+	}
+	waitHeld(t, rt, 0)
+	if n := rt.heldBytes.Load(); n != 0 {
+		t.Errorf("bytes held once every request left: %d, want 0", n)
+	}
+}

@@ -61,6 +61,7 @@ type Pusher interface {
 const (
 	DefaultQueueSize        = 1000
 	DefaultMaxHeld          = 20000
+	DefaultMaxHeldBytes     = 64 << 20
 	DefaultColdStartTimeout = 2 * time.Minute
 	DefaultProbeInterval    = 10 * time.Millisecond
 )
@@ -71,6 +72,11 @@ type RouterOptions struct {
 	QueueSize int
 	// MaxHeld caps the requests held across every app.
 	MaxHeld int
+	// MaxHeldBytes caps the bytes the HTTP/1.x requests parked across
+	// every app keep (their heads for the app, h1.Conn.ParkSize): a client
+	// sending heads near the data port's MaxHeaderBytes takes this many
+	// bytes, not MaxHeld of them, with its requests.
+	MaxHeldBytes int64
 	// ColdStartTimeout is how long a request is held unless the app's
 	// AppRoute sets it.
 	ColdStartTimeout time.Duration
@@ -102,6 +108,7 @@ type Router struct {
 	upstreams *upstreams
 	probe     *http.Client
 	held      atomic.Int64 // across every app
+	heldBytes atomic.Int64 // ParkSize of the requests parked, across every app
 	holding   atomic.Int64 // apps holding at least one request
 	parking   parking      // held HTTP/1.x requests, parked in the engine
 	// stopped is closed when Shutdown stops holding: every request held
@@ -123,6 +130,7 @@ func NewRouter(opts RouterOptions) *Router {
 	}
 	opts.QueueSize = cmp.Or(opts.QueueSize, DefaultQueueSize)
 	opts.MaxHeld = cmp.Or(opts.MaxHeld, DefaultMaxHeld)
+	opts.MaxHeldBytes = cmp.Or(opts.MaxHeldBytes, DefaultMaxHeldBytes)
 	opts.ColdStartTimeout = cmp.Or(opts.ColdStartTimeout, DefaultColdStartTimeout)
 	opts.ProbeInterval = cmp.Or(opts.ProbeInterval, DefaultProbeInterval)
 	opts.RetryAfter = cmp.Or(opts.RetryAfter, time.Second)

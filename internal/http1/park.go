@@ -27,6 +27,14 @@ func (cc *Conn) Park(then func(*Parked)) bool {
 	return false
 }
 
+// ParkSize is about how many bytes the current request keeps while
+// parked: its head for the app, its host and the bytes read past the head,
+// which a Parked holds beside its fixed 160 bytes. A component that parks
+// many requests bounds their sum with it.
+func (cc *Conn) ParkSize() int {
+	return len(cc.out) + len(cc.req.host) + cc.br.Buffered()
+}
+
 // Parked is a request parked by Conn.Park, with its connection.
 type Parked struct {
 	c       *net.TCPConn
