@@ -89,7 +89,10 @@ type parking struct {
 	timer   *time.Timer
 	lists   map[*app]*parked // oldest parked request of each app
 	tails   map[*app]*parked // newest parked request of each app
-	resumed map[*net.TCPConn]struct{}
+	// resumed are the requests taken out of parking and being answered,
+	// by request: a connection resumed, parked again and resumed again
+	// before the first Resume returned is here twice.
+	resumed map[*parked]struct{}
 	// out counts the requests taken out of parking to be answered (by
 	// resume) until their connection is done; taken with them under mu,
 	// so that held + out never reads 0 while one is on its way.
@@ -108,7 +111,7 @@ func (pk *parking) start() {
 		pk.byTok = map[uint64]*parked{}
 		pk.lists = map[*app]*parked{}
 		pk.tails = map[*app]*parked{}
-		pk.resumed = map[*net.TCPConn]struct{}{}
+		pk.resumed = map[*parked]struct{}{}
 		pk.timer = time.AfterFunc(time.Hour, pk.expire)
 		pk.timer.Stop()
 		pk.mu.Unlock()
@@ -302,12 +305,12 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 		pk.out.Add(-1)
 		return
 	}
-	pk.resumed[p.hp.NetConn()] = struct{}{}
+	pk.resumed[p] = struct{}{}
 	pk.mu.Unlock()
 	go func() {
 		defer func() {
 			pk.mu.Lock()
-			delete(pk.resumed, p.hp.NetConn())
+			delete(pk.resumed, p)
 			pk.mu.Unlock()
 			pk.out.Add(-1)
 		}()
@@ -426,8 +429,8 @@ func (pk *parking) cut(close bool) int {
 		pk.takeLocked(p)
 	}
 	n := len(left) + len(pk.resumed)
-	for nc := range pk.resumed {
-		nc.Close()
+	for p := range pk.resumed {
+		p.hp.NetConn().Close()
 	}
 	pk.mu.Unlock()
 	for _, p := range left {
