@@ -121,8 +121,12 @@ func (pk *parking) start() {
 // holdH1 holds a request the engine parsed, for app a that has no ready
 // endpoint: the placeholder page for a browser if a asks for one, 503 with
 // Retry-After when a queue is full, or the request parked. It returns
-// what ServeRequest returns.
-func (rt *Router) holdH1(cc *h1.Conn, a *app) bool {
+// what ServeRequest returns. again is the request as it was parked before
+// when it is held again (released, and its app's ready endpoints went
+// before it was sent): it keeps its start and deadline, so that an app
+// whose endpoints flap cannot hold it past its cold-start timeout; nil
+// for a new request.
+func (rt *Router) holdH1(cc *h1.Conn, a *app, again *parked) bool {
 	cfg := a.cfg.Load()
 	if cfg.Placeholder && string(cc.Method()) == http.MethodGet {
 		if accept, _ := cc.Header("accept"); strings.Contains(string(accept), "text/html") {
@@ -134,8 +138,17 @@ func (rt *Router) holdH1(cc *h1.Conn, a *app) bool {
 	timeout := cmp.Or(cfg.ColdStartTimeout, rt.opts.ColdStartTimeout)
 	// Taken before admission, which may start a cold start (and tell the
 	// scaler) at this very time: the first request's wait is the cold start.
-	start := time.Now()
-	why := rt.admitHeld(a, start)
+	now := time.Now()
+	start, deadline := now, now.Add(timeout)
+	if again != nil {
+		start, deadline, timeout = again.start, again.deadline, again.timeout
+		if !deadline.After(now) {
+			rt.opts.Metrics.timedOut.Inc()
+			rt.opts.Metrics.timeouts.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+			return cc.Answer(http.StatusGatewayTimeout, "", timedOutMsg(a, now.Sub(start), timeout))
+		}
+	}
+	why := rt.admitHeld(a, now)
 	size := int64(cc.ParkSize())
 	if why == "" && rt.heldBytes.Add(size) > rt.opts.MaxHeldBytes {
 		rt.heldBytes.Add(-size)
@@ -147,12 +160,17 @@ func (rt *Router) holdH1(cc *h1.Conn, a *app) bool {
 		rt.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
 		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+rt.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
 	}
-	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, timeout, size) })
+	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, deadline, timeout, size) })
+}
+
+// timedOutMsg is the 504 answer to a request to a held waited for.
+func timedOutMsg(a *app, waited, timeout time.Duration) string {
+	return fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)\n", a.key, waited.Round(time.Millisecond), timeout)
 }
 
 // parkConn keeps the request the engine parked, hp.
-func (rt *Router) parkConn(hp *h1.Parked, a *app, start time.Time, timeout time.Duration, size int64) {
-	p := &parked{hp: hp, a: a, start: start, deadline: start.Add(timeout), timeout: timeout, size: size}
+func (rt *Router) parkConn(hp *h1.Parked, a *app, start, deadline time.Time, timeout time.Duration, size int64) {
+	p := &parked{hp: hp, a: a, start: start, deadline: deadline, timeout: timeout, size: size}
 	if !rt.parking.add(p) {
 		rt.heldBytes.Add(-size)
 		rt.leave(a)
@@ -254,8 +272,7 @@ func (pk *parking) expire() {
 		pk.router.leave(p.a)
 		m.timedOut.Inc()
 		m.timeouts.WithLabelValues(p.a.key.Namespace, p.a.key.Name).Inc()
-		msg := fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)\n", p.a.key, now.Sub(p.start).Round(time.Millisecond), p.timeout)
-		pk.resume(p, timedOut, msg)
+		pk.resume(p, timedOut, timedOutMsg(p.a, now.Sub(p.start), p.timeout))
 	}
 }
 
@@ -323,25 +340,27 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 			case shuttingDown:
 				return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+pk.router.retryAfter()+"\r\n", msg)
 			}
-			return pk.router.forwardParked(cc, rq, p.a, p.start)
+			return pk.router.forwardParked(cc, rq, p)
 		})
 	}()
 }
 
-// forwardParked sends a request held since heldAt to a ready endpoint of
-// a through the engine, as a warm request goes; notes its first response
+// forwardParked sends the request of p, held since heldAt, to a ready
+// endpoint of its app a through the engine, as a warm request goes; notes its first response
 // byte (the first one ends the cold start), records it, and traces it: a
 // span from heldAt to its response's end, continuing the request's trace
 // (its one traceparent header), with a child span per phase of the cold
 // start it waited on. With no ready endpoint any more (it went between
-// the release and now), the request is held again.
-func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, a *app, heldAt time.Time) bool {
+// the release and now), the request is held again, within its first
+// deadline.
+func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
+	a, heldAt := p.a, p.start
 	up := a.pick()
 	if up == nil {
 		if a.gone.Load() {
 			return cc.Answer(http.StatusServiceUnavailable, "", fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key))
 		}
-		return rt.holdH1(cc, a)
+		return rt.holdH1(cc, a, p)
 	}
 	rt.opts.Metrics.released.Inc()
 	var span trace.Span
@@ -366,11 +385,11 @@ func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, a *app, heldAt time
 		rt.firstByte(a, head)
 	})
 	keep := cc.RoundTrip(up.pool, rq)
-	p := reqmetrics.HTTP1
+	proto := reqmetrics.HTTP1
 	if cc.Status() == http.StatusSwitchingProtocols {
-		p = reqmetrics.Upgrade
+		proto = reqmetrics.Upgrade
 	}
-	rt.opts.Requests.Observe(p, cc.Status(), heldAt)
+	rt.opts.Requests.Observe(proto, cc.Status(), heldAt)
 	if span != nil {
 		rt.traceHeld(span, m, ok, heldAt, head)
 		if code := cc.Status(); code != 0 {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ebb-dev/ebb/internal/routing"
 )
 
 // echoApp answers "<method> <path> <host> <body>".
@@ -231,5 +233,49 @@ func TestHeldHeadsByteBudget(t *testing.T) {
 	waitHeld(t, rt, 0)
 	if n := rt.heldBytes.Load(); n != 0 {
 		t.Errorf("bytes held once every request left: %d, want 0", n)
+	}
+}
+
+// releaseWithoutEndpoint resumes a's parked requests as released, as
+// releaseParked does, when a has no ready endpoint any more: the endpoints
+// a release saw went before the requests were sent.
+func releaseWithoutEndpoint(rt *Router, key routing.Key) {
+	rt.mu.Lock()
+	a := rt.apps[key]
+	rt.mu.Unlock()
+	pk := &rt.parking
+	pk.mu.Lock()
+	var out []*parked
+	for p := pk.lists[a]; p != nil; {
+		next := p.next
+		pk.takeLocked(p)
+		out = append(out, p)
+		p = next
+	}
+	pk.out.Add(int64(len(out)))
+	pk.mu.Unlock()
+	for _, p := range out {
+		rt.leave(a)
+		pk.resume(p, released, "")
+	}
+}
+
+// A request released and held again, because its app's endpoints went
+// between the release and the send, keeps its first start and deadline:
+// endpoints that flap cannot hold it past its cold-start timeout. It took
+// a fresh start each time (here: 504 after 800 ms of a 500 ms timeout).
+func TestHeldAgainKeepsItsDeadline(t *testing.T) {
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{ColdStartTimeout: 500 * time.Millisecond})
+	c := dialRaw(t, url)
+	start := time.Now()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+	waitHeld(t, rt, 1)
+	time.Sleep(300 * time.Millisecond)
+	releaseWithoutEndpoint(rt, shopHello)
+	waitHeld(t, rt, 1) // held again
+	got := readAnswers(t, c, 1)[0]
+	took := time.Since(start)
+	if got.Code != http.StatusGatewayTimeout || !strings.HasPrefix(got.Body, "ebb-activator: app shop/hello had no ready pod after 5") || took > 700*time.Millisecond {
+		t.Errorf("held again 300 ms into a 500 ms cold-start timeout: got %+v after %s, want 504 at 500 ms", got, took.Round(time.Millisecond))
 	}
 }

@@ -111,7 +111,7 @@ func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	}
 	up := route.Value.pick()
 	if up == nil {
-		return s.router.holdH1(cc, route.Value)
+		return s.router.holdH1(cc, route.Value, nil)
 	}
 	s.router.opts.Metrics.proxied.Inc()
 	keep := cc.RoundTrip(up.pool, rq)
