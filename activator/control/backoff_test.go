@@ -28,34 +28,42 @@ import (
 )
 
 // TestWriteBackoff: the waits between the writes of a slice that keep
-// failing double from 1 s up to 30 s; each slice has its own; a success,
+// failing double from 1 s up to 30 s; each slice has its own, and holds
+// only the body that failed (a new body is written at once); a success,
 // or the slice no longer wanted, forgets them.
 func TestWriteBackoff(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	var b writeBackoff
 	var waits []time.Duration
 	for range 7 {
-		waits = append(waits, b.failed("shop/a", t0))
+		waits = append(waits, b.failed("shop/a", 1, t0))
 	}
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
 	if diff := cmp.Diff(want, waits); diff != "" {
 		t.Errorf("waits (-want +got):\n%s", diff)
 	}
-	if b.due("shop/a", t0.Add(29*time.Second)) || !b.due("shop/a", t0.Add(30*time.Second)) {
+	if b.due("shop/a", 1, t0.Add(29*time.Second)) || !b.due("shop/a", 1, t0.Add(30*time.Second)) {
 		t.Error("shop/a due before its 30 s, or not after")
 	}
-	if !b.due("shop/b", t0) {
+	if !b.due("shop/b", 1, t0) {
 		t.Error("shop/b waits for shop/a's failures")
+	}
+	if !b.due("shop/a", 2, t0) {
+		t.Error("a new body of shop/a waits for the failures of another")
 	}
 	if next, ok := b.next(); !ok || !next.Equal(t0.Add(30*time.Second)) {
 		t.Errorf("next = %v, %v; want %v", next, ok, t0.Add(30*time.Second))
 	}
 	b.succeeded("shop/a")
-	if !b.due("shop/a", t0) {
+	if !b.due("shop/a", 1, t0) {
 		t.Error("shop/a still waits after a success")
 	}
-	if got := b.failed("shop/a", t0); got != time.Second {
+	if got := b.failed("shop/a", 1, t0); got != time.Second {
 		t.Errorf("first wait after a success = %v, want 1 s", got)
+	}
+	b.failed("shop/a", 1, t0)
+	if got := b.failed("shop/a", 2, t0); got != time.Second {
+		t.Errorf("first wait of a new body = %v, want 1 s", got)
 	}
 	b.keep(map[string]bool{"shop/b": true})
 	if _, ok := b.next(); ok {

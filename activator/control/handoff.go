@@ -175,18 +175,18 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 		h.backoff.succeeded(r.Namespace + "/" + name)
 		return name, nil
 	}
-	key, now := r.Namespace+"/"+name, h.clock()
-	if !h.backoff.due(key, now) {
-		return name, nil // its last write failed: tried again when its back-off has passed
-	}
 	body, err := json.Marshal(want)
 	if err != nil {
 		return name, fmt.Errorf("encode hand-off slice %s/%s: %w", r.Namespace, name, err)
 	}
+	key, sum, now := r.Namespace+"/"+name, bodyHash(body), h.clock()
+	if !h.backoff.due(key, sum, now) {
+		return name, nil // this body's last write failed: tried again when its back-off has passed
+	}
 	force := true
 	_, err = h.kube.DiscoveryV1().EndpointSlices(r.Namespace).Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
 	if err != nil {
-		wait := h.backoff.failed(key, now)
+		wait := h.backoff.failed(key, sum, now)
 		return name, fmt.Errorf("apply hand-off slice %s/%s (next try in %v): %w", r.Namespace, name, wait, err)
 	}
 	h.backoff.succeeded(key)
