@@ -33,7 +33,20 @@ type leadership struct {
 	src     *sources      // its cache holds this instance's activator pods
 	changed chan struct{} // an activator pod changed or went: decide now
 	leading atomic.Bool
+	// cleared is the holder the API server last showed able to serve
+	// when this replica's cache said it could not, and when: its Lease is
+	// not looked at again for clearedFor.
+	cleared struct {
+		sync.Mutex
+		holder string
+		at     time.Time
+	}
 }
+
+// clearedFor is how long a holder whose pod the API server showed able to
+// serve, against this replica's cache, is not checked again (a cache that
+// lags: the election reads the Lease as often).
+const clearedFor = 2 * time.Second
 
 // decidePoll is how often a replica decides again without a pod event
 // (the election reads the Lease's holder every RetryPeriod).
@@ -112,7 +125,7 @@ func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, 
 					}
 					return
 				}
-				if d.release != "" && releaseLeaseOf(campaign, l.kube, l.cfg, l.log, d.release, d.why) {
+				if d.release != "" && l.release(campaign, d.release, d.why) {
 					return // campaign again now
 				}
 			}
@@ -145,24 +158,57 @@ func (l *leadership) Reconcile(context.Context, reconcile.Request) (reconcile.Re
 	return reconcile.Result{}, nil
 }
 
-// releaseLeaseOf deletes the instance's Lease if holder holds it; it
-// reports whether it did.
-func releaseLeaseOf(ctx context.Context, kube kubernetes.Interface, cfg Config, log logr.Logger, holder, why string) bool {
+// release releases holder's Lease (releaseLeaseOf), unless the API server
+// showed its pod able to serve less than clearedFor ago.
+func (l *leadership) release(ctx context.Context, holder, why string) bool {
+	l.cleared.Lock()
+	defer l.cleared.Unlock()
+	if l.cleared.holder == holder && time.Since(l.cleared.at) < clearedFor {
+		return false
+	}
+	released, serves := releaseLeaseOf(ctx, l.kube, l.cfg, l.log, holder, why)
+	if serves {
+		l.cleared.holder, l.cleared.at = holder, time.Now()
+	}
+	return released
+}
+
+// releaseLeaseOf deletes the instance's Lease if holder holds it and the
+// API server, read now (not this replica's cache, which may lag: a pod
+// created since, a status changed since), shows holder's pod gone or
+// unable to serve; it reports whether it did, and whether the API server
+// showed the pod able to serve.
+func releaseLeaseOf(ctx context.Context, kube kubernetes.Interface, cfg Config, log logr.Logger, holder, why string) (released, serves bool) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	leases := kube.CoordinationV1().Leases(cfg.PodNamespace)
 	name := poolLeaseName(cfg.Names, cfg.Pool)
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != holder {
-		return false
+		return false, false
+	}
+	pod, err := kube.CoreV1().Pods(cfg.PodNamespace).Get(ctx, holder, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		why = "its pod is gone"
+	case err != nil:
+		log.Error(err, "read the pod of the Lease's holder", "holder", holder)
+		return false, false
+	default:
+		ok, fresh := canServe(pod)
+		if ok {
+			log.V(1).Info("the API server shows the Lease's holder able to serve (this replica's cache lags): not released", "holder", holder, "cached", why)
+			return false, true
+		}
+		why = fresh
 	}
 	rv := lease.ResourceVersion
 	if err := leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}); err != nil {
 		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			log.Error(err, "release the Lease of a holder that cannot serve", "holder", holder)
 		}
-		return false
+		return false, false
 	}
 	log.Info("released the Lease of a holder that cannot serve", "holder", holder, "why", why)
-	return true
+	return true, false
 }

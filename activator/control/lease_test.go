@@ -167,13 +167,13 @@ func TestReleaseLeaseOf(t *testing.T) {
 	if _, err := leases.Create(t.Context(), lease, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if releaseLeaseOf(t.Context(), kube, c, logr.Discard(), "act-c", "test") {
+	if released, _ := releaseLeaseOf(t.Context(), kube, c, logr.Discard(), "act-c", "test"); released {
 		t.Error("released act-a's Lease as act-c's")
 	}
 	if _, err := leases.Get(t.Context(), lease.Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("act-a's Lease after releasing act-c's: %v", err)
 	}
-	if !releaseLeaseOf(t.Context(), kube, c, logr.Discard(), "act-a", "test") {
+	if released, _ := releaseLeaseOf(t.Context(), kube, c, logr.Discard(), "act-a", "test"); !released {
 		t.Error("did not release act-a's Lease")
 	}
 	if _, err := leases.Get(t.Context(), lease.Name, metav1.GetOptions{}); err == nil {
