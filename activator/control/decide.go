@@ -23,10 +23,12 @@ type view struct {
 type decision struct {
 	// campaign: run for the Lease (or keep it): this replica can serve.
 	campaign bool
-	// stepDown: this replica leads but cannot serve: give the Lease up.
+	// stepDown: this replica leads but cannot serve, or the Lease is
+	// another's: end the term.
 	stepDown bool
 	// release names the holder whose Lease this replica deletes (it cannot
-	// serve, or its pod is gone), "" none; why says which.
+	// serve, or its pod is gone), "" none; why says why it releases or
+	// steps down.
 	release, why string
 	// listed are the pods the hand-off slices list, by name, sorted.
 	listed []string
@@ -56,7 +58,16 @@ func decide(v view) decision {
 		selfServes, _ = canServe(&v.pods[self])
 	}
 	d.campaign = selfServes
-	d.stepDown = v.leading && !selfServes
+	if v.leading && !selfServes {
+		d.stepDown, d.why = true, "this replica cannot serve"
+		return d
+	}
+	if v.leading && v.holder != "" && v.holder != v.self {
+		// The election read another holder (it released this one's
+		// Lease and took it): its writes are the slices' now.
+		d.stepDown, d.why = true, "another replica holds the Lease"
+		return d
+	}
 	if !selfServes || self < 0 || v.leading || v.holder == "" || v.holder == v.self {
 		return d
 	}

@@ -7,11 +7,16 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -22,10 +27,12 @@ import (
 // replica campaigns only while the API server shows its pod able to
 // serve, and steps down when it does not; a replica that can serve
 // releases the Lease of a holder whose pod cannot serve or is gone (its
-// process crashed or hangs: the kubelet says so) and campaigns again at
-// once, so a new holder drops the old one from every hand-off slice
-// within a few API round trips of the kubelet's report instead of a lease
-// duration. Nothing a replica sees of another over the network counts.
+// process crashed or hangs: the kubelet says so, and the API server read
+// then confirms it) and campaigns again at once, so a new holder drops the
+// old one from every hand-off slice within a few API round trips of the
+// kubelet's report instead of a lease duration. A watch on the Lease ends
+// a term as soon as the Lease is deleted or another holds it. Nothing a replica sees of another over
+// the network counts.
 type leadership struct {
 	kube    kubernetes.Interface
 	cfg     Config
@@ -109,19 +116,35 @@ func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, 
 			l.log.Error(err, "leader election misconfigured; hand-off and propagation stay off")
 			return
 		}
+		leaseCh := make(chan leaseState, 1)
+		go l.watchLease(campaign, leaseCh)
 		go func() {
 			defer stop()
+			sawSelf := false // the watch showed this replica holding the Lease this campaign
 			for {
 				select {
 				case <-campaign.Done():
 					return
 				case <-tick.C:
 				case <-l.changed:
+				case s := <-leaseCh:
+					leading := l.leading.Load()
+					sawSelf = sawSelf || s.holder == l.cfg.PodName
+					switch {
+					case leading && sawSelf && s.holder != l.cfg.PodName:
+						// Released (deleted: another replica saw this one's
+						// pod unable to serve) or taken: the new holder
+						// writes the slices; this term ends now, not when
+						// its renewals have failed for RenewDeadline.
+						l.log.Info("the Lease was released or taken: stepping down", "holder", s.holder)
+						return
+					}
+					continue
 				}
 				d := l.decide(campaign, le.GetLeader())
 				if d.stepDown || !d.campaign {
-					if l.leading.Load() {
-						l.log.Info("this replica cannot serve: stepping down")
+					if d.stepDown {
+						l.log.Info("stepping down", "why", d.why, "holder", le.GetLeader())
 					}
 					return
 				}
@@ -211,4 +234,74 @@ func releaseLeaseOf(ctx context.Context, kube kubernetes.Interface, cfg Config, 
 	}
 	log.Info("released the Lease of a holder that cannot serve", "holder", holder, "why", why)
 	return true, false
+}
+
+// leaseState is the pool's Lease as the API server showed it: its holder,
+// "" when it is gone or released; initial is the state the watch began
+// with, not a change.
+type leaseState struct {
+	holder  string
+	initial bool
+}
+
+// watchLease sends every change of the pool's Lease's holder on ch (the
+// latest only), until ctx ends: one watch on one object per campaign, so
+// a holder steps down when its Lease is taken or deleted at once rather
+// than at the election's next read (every RetryPeriod).
+func (l *leadership) watchLease(ctx context.Context, ch chan leaseState) {
+	leases := l.kube.CoordinationV1().Leases(l.cfg.PodNamespace)
+	byName := fields.OneTermEqualSelector("metadata.name", poolLeaseName(l.cfg.Names, l.cfg.Pool)).String()
+	send := func(s leaseState) {
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- s
+	}
+	holderOf := func(o runtime.Object) string {
+		if lease, ok := o.(*coordinationv1.Lease); ok {
+			return ptr.Deref(lease.Spec.HolderIdentity, "")
+		}
+		return ""
+	}
+	first, last := true, ""
+	for ctx.Err() == nil {
+		list, err := leases.List(ctx, metav1.ListOptions{FieldSelector: byName})
+		if err == nil {
+			cur := ""
+			for i := range list.Items {
+				cur = holderOf(&list.Items[i])
+			}
+			if first || cur != last {
+				send(leaseState{holder: cur, initial: first})
+			}
+			first, last = false, cur
+			var w watch.Interface
+			if w, err = leases.Watch(ctx, metav1.ListOptions{FieldSelector: byName, ResourceVersion: list.ResourceVersion}); err == nil {
+				for ev := range w.ResultChan() {
+					if ev.Type == watch.Error {
+						break
+					}
+					cur := ""
+					if ev.Type != watch.Deleted {
+						cur = holderOf(ev.Object)
+					}
+					if ev.Type == watch.Bookmark || cur == last {
+						continue
+					}
+					last = cur
+					send(leaseState{holder: cur})
+				}
+				w.Stop()
+				continue
+			}
+		}
+		if ctx.Err() == nil {
+			l.log.V(1).Info("watch the pool's Lease; retrying", "err", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
