@@ -28,24 +28,37 @@
 // (client-go's leader election) writes the slices; a replica campaigns
 // only while it can serve itself and steps down (releasing the Lease) when
 // it cannot. Any replica that can serve deletes the Lease of a holder whose
-// pod cannot serve or is gone, again on the kubelet's word only, with the
-// Lease's resourceVersion as a precondition, and campaigns at once.
-// Election alone cannot keep a crashed holder's term short: its Lease
+// pod cannot serve or is gone, again on the kubelet's word only: its cache
+// says so, and the API server, read at that moment, confirms it (a cache
+// lags: a pod created since, a status changed since); the delete has the
+// Lease's resourceVersion as a precondition, and the replica campaigns at
+// once. Election alone cannot keep a crashed holder's term short: its Lease
 // lasts LeaseDuration (15 s) after its last renewal, during which nobody
 // would take a crashed replica out of the slices; the kubelet reports the
 // crash within about a second.
 //
+// Every campaigning replica watches the Lease (one watch on one object):
+// a holder whose Lease is deleted or taken ends its term when the watch
+// shows it, within an API round trip, and at the latest when its next
+// renewal (every RetryPeriod, 2 s) reads another holder (decide: step
+// down), not after RenewDeadline (10 s) of failed renewals; a replica that
+// waits campaigns as soon as the watch shows the Lease deleted or released
+// (a holder on its way out empties it), not at its election's next
+// jittered retry (2–4.4 s).
+//
 // Why that is safe. The Lease is an economy, not the safety: whoever
-// writes — the holder, or, for a moment after a release, an old holder
-// that has not seen it yet — computes the slices from the same API state
-// by the same function (decide), so concurrent writers converge to the
-// same content, and none ever removes an activator the kubelet reports
-// able to serve. No replica's own observation of another (a refused or
-// timed-out connection, a missed answer) is evidence: a network policy, a
-// partition between two replicas or a full accept queue refuse as a crash
-// does, and a replica that two others cannot reach may still be reachable
-// by the clients kube-proxy sends to it. A replica partitioned from the
-// API server cannot write at all; one partitioned from its peers changes
+// writes — the holder, or, for a moment after a release (an API round
+// trip while the Lease's watch is up, at most RetryPeriod and a decide
+// poll, 2.1 s, when it is not), an old holder that has not seen it yet —
+// computes the slices from the same API state by the same function
+// (decide), so concurrent writers converge to the same content, and none
+// ever removes an activator the kubelet reports able to serve. No
+// replica's own observation of another (a refused or timed-out
+// connection, a missed answer) is evidence: a network policy, a partition
+// between two replicas or a full accept queue refuse as a crash does, and
+// a replica that two others cannot reach may still be reachable by the
+// clients kube-proxy sends to it. A replica partitioned from the API
+// server cannot write at all; one partitioned from its peers changes
 // nothing.
 //
 // decide (decide.go) is that argument as code, the one place that says who

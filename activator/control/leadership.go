@@ -31,7 +31,8 @@ import (
 // then confirms it) and campaigns again at once, so a new holder drops the
 // old one from every hand-off slice within a few API round trips of the
 // kubelet's report instead of a lease duration. A watch on the Lease ends
-// a term as soon as the Lease is deleted or another holds it. Nothing a replica sees of another over
+// a term as soon as the Lease is deleted or another holds it, and starts a
+// campaign as soon as it is free. Nothing a replica sees of another over
 // the network counts.
 type leadership struct {
 	kube    kubernetes.Interface
@@ -137,6 +138,12 @@ func (l *leadership) run(ctx context.Context, loops func() ([]manager.Runnable, 
 						// writes the slices; this term ends now, not when
 						// its renewals have failed for RenewDeadline.
 						l.log.Info("the Lease was released or taken: stepping down", "holder", s.holder)
+						return
+					case !leading && !s.initial && s.holder == "":
+						// Released by its holder (deleted, or emptied on
+						// the way out): campaign now, not at the
+						// election's next jittered retry.
+						l.log.V(1).Info("the Lease is free: campaigning now")
 						return
 					}
 					continue
@@ -246,8 +253,9 @@ type leaseState struct {
 
 // watchLease sends every change of the pool's Lease's holder on ch (the
 // latest only), until ctx ends: one watch on one object per campaign, so
-// a holder steps down when its Lease is taken or deleted at once rather
-// than at the election's next read (every RetryPeriod).
+// a holder steps down when its Lease is taken or deleted, and the others
+// campaign when it is released, at once rather than at the election's
+// next read (every RetryPeriod, jittered).
 func (l *leadership) watchLease(ctx context.Context, ch chan leaseState) {
 	leases := l.kube.CoordinationV1().Leases(l.cfg.PodNamespace)
 	byName := fields.OneTermEqualSelector("metadata.name", poolLeaseName(l.cfg.Names, l.cfg.Pool)).String()

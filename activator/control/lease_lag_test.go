@@ -26,6 +26,9 @@ import (
 // only the kubelet's word as the API server shows it releases a Lease;
 // act-b must not take the Lease of a holder the API server shows serving.
 func TestLaggingCacheKeepsLiveHoldersLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
+	}
 	names, _ := groupsuffix.New("ebb.dev")
 	assets, err := webhooktest.Assets()
 	if err != nil {

@@ -24,6 +24,9 @@ import (
 // The package doc says "for a moment after a release": 14 s before the
 // Lease watch and decide's step-down on another holder, now within ms.
 func TestOldHolderStepsDownAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
+	}
 	names, _ := groupsuffix.New("ebb.dev")
 	assets, err := webhooktest.Assets()
 	if err != nil {
