@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -50,6 +52,13 @@ type sources struct {
 
 	onScalers func([]string)
 	lastList  atomic.Int64 // unix nanos of the last successful full list
+	// lastContact is when the API server last answered a probe (unix
+	// nanos); probing is set while one is in flight, probes counts them
+	// (tests wait for them), now is time.Now or a test's clock.
+	lastContact atomic.Int64
+	probing     atomic.Bool
+	probes      sync.WaitGroup
+	now         func() time.Time
 
 	mu       sync.Mutex // one rebuild at a time: the table swap and onScalers are single-writer
 	nextList time.Time
@@ -93,15 +102,65 @@ func (s *sources) relist(ctx context.Context) {
 	for i := range list.Items {
 		routes[i] = &list.Items[i]
 	}
-	s.lastList.Store(time.Now().UnixNano())
+	s.lastList.Store(s.clock().UnixNano())
 	s.rebuild(ctx, routes)
 }
 
 // synced reports whether the table is fresh: a full list succeeded within
-// three resync periods.
+// three resync periods, and the API server answered within apiSilence.
+// The watches are quiet on an idle cluster, so the API server's answers
+// are sought: a probe (a GET of this replica's pod) whenever the last
+// answer is older than apiProbe, started by the readiness probe's call
+// and answered off it; any answer counts, an error status too. A replica
+// cut off from the API server, its table frozen, so turns NotReady after
+// apiSilence (and the kubelet's next probes), not three resync periods:
+// the kubelet, on the API server's side, reports it, and the hand-off
+// slices and the Services stop sending it clients.
 func (s *sources) synced() bool {
 	last := s.lastList.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < 3*s.cfg.Resync
+	if last == 0 {
+		return false
+	}
+	now := s.clock()
+	if now.Sub(time.Unix(0, last)) >= 3*s.cfg.Resync {
+		return false
+	}
+	if s.api == nil {
+		return true
+	}
+	contact := max(last, s.lastContact.Load())
+	if now.Sub(time.Unix(0, contact)) >= apiProbe && s.probing.CompareAndSwap(false, true) {
+		s.probes.Go(func() {
+			defer s.probing.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := s.api.Get(ctx, types.NamespacedName{Namespace: s.cfg.PodNamespace, Name: s.cfg.PodName}, &corev1.Pod{})
+			var status apierrors.APIStatus
+			if err == nil || errors.As(err, &status) {
+				s.lastContact.Store(s.clock().UnixNano())
+				return
+			}
+			s.log.Info("the API server did not answer", "err", err.Error())
+		})
+	}
+	return now.Sub(time.Unix(0, contact)) < apiSilence
+}
+
+// apiProbe is the age of the API server's last answer past which
+// readiness asks it again (a GET of the replica's pod: at most one every
+// 10 s per replica, while the kubelet probes it); apiSilence the age past
+// which the replica is not ready.
+const (
+	apiProbe   = 10 * time.Second
+	apiSilence = 30 * time.Second
+)
+
+// clock is time.Now, or a test's.
+func (s *sources) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // cachedRoutes lists the AppRoutes in the cache. They are the cache's own
