@@ -247,7 +247,7 @@ func adminHandler(reg *prometheus.Registry, router *proxy.Router, loops *control
 		default:
 		}
 		if !loops.Synced() {
-			http.Error(w, "routing table not synced within 3 resync periods", http.StatusServiceUnavailable)
+			http.Error(w, "routing table not synced within 3 resync periods, or the API server silent for 30s", http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))

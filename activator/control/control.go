@@ -194,7 +194,8 @@ func (l *Loops) Run(ctx context.Context, ready chan<- struct{}) error {
 }
 
 // Synced reports whether the routing table is fresh: a full list of
-// AppRoutes succeeded within three resync periods.
+// AppRoutes succeeded within three resync periods, and the API server
+// answered this replica within the last 30 s.
 func (l *Loops) Synced() bool { return l.src.synced() }
 
 // ColdStartWatcher returns the watcher of cold starts' phases on the API
