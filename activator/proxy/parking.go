@@ -290,10 +290,19 @@ func (rt *Router) releaseParked(a *app) {
 	default:
 		return
 	}
+	for _, p := range pk.takeAll(a) {
+		rt.leave(a)
+		pk.resume(p, v, msg)
+	}
+}
+
+// takeAll takes a's parked requests out of the hold, oldest first, and
+// counts them as out until each is answered (Shutdown waits for them).
+func (pk *parking) takeAll(a *app) []*parked {
 	pk.mu.Lock()
+	defer pk.mu.Unlock()
 	if pk.lists == nil {
-		pk.mu.Unlock()
-		return
+		return nil
 	}
 	var out []*parked
 	for p := pk.lists[a]; p != nil; {
@@ -303,11 +312,7 @@ func (rt *Router) releaseParked(a *app) {
 		p = next
 	}
 	pk.out.Add(int64(len(out)))
-	pk.mu.Unlock()
-	for _, p := range out {
-		rt.leave(a)
-		pk.resume(p, v, msg)
-	}
+	return out
 }
 
 // resume serves p's connection again, in a goroutine of its own, first

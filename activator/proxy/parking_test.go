@@ -244,17 +244,7 @@ func releaseWithoutEndpoint(rt *Router, key routing.Key) {
 	a := rt.apps[key]
 	rt.mu.Unlock()
 	pk := &rt.parking
-	pk.mu.Lock()
-	var out []*parked
-	for p := pk.lists[a]; p != nil; {
-		next := p.next
-		pk.takeLocked(p)
-		out = append(out, p)
-		p = next
-	}
-	pk.out.Add(int64(len(out)))
-	pk.mu.Unlock()
-	for _, p := range out {
+	for _, p := range pk.takeAll(a) {
 		rt.leave(a)
 		pk.resume(p, released, "")
 	}

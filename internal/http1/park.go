@@ -78,7 +78,7 @@ func (p *Parked) Resume(serve func(*Conn, *Request) bool) {
 		br.Reset(p.c)
 	} else {
 		// They fit: they came from a buffer of the same size.
-		br.Reset(&pendingReader{pending: p.pending, c: p.c})
+		br.Reset(&prefixConn{TCPConn: p.c, prefix: p.pending})
 		br.Peek(len(p.pending))
 	}
 	cc := &Conn{o: &s.opts, h: s.h, s: s, c: p.c, br: br, out: p.out, resp: make([]byte, 0, 512), ip: p.ip, served: p.served}
@@ -100,22 +100,6 @@ func (p *Parked) Resume(serve func(*Conn, *Request) bool) {
 func (p *Parked) Drop() {
 	p.c.Close()
 	p.out, p.pending = nil, nil
-}
-
-// pendingReader reads the bytes a parked request kept aside, then its
-// socket.
-type pendingReader struct {
-	pending []byte
-	c       *net.TCPConn
-}
-
-func (r *pendingReader) Read(b []byte) (int, error) {
-	if len(r.pending) > 0 {
-		n := copy(b, r.pending)
-		r.pending = r.pending[n:]
-		return n, nil
-	}
-	return r.c.Read(b)
 }
 
 // Answer answers the current request with the engine's own response:
