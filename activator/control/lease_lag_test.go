@@ -10,13 +10,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
 
 // TestLaggingCacheKeepsLiveHoldersLease: the API server shows the
@@ -26,25 +23,9 @@ import (
 // only the kubelet's word as the API server shows it releases a Lease;
 // act-b must not take the Lease of a holder the API server shows serving.
 func TestLaggingCacheKeepsLiveHoldersLease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
-	}
-	names, _ := groupsuffix.New("ebb.dev")
-	assets, err := webhooktest.Assets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	kube, _ := kubernetes.NewForConfig(cfg)
+	names := groupsuffix.MustNew("ebb.dev")
+	_, kube := apiServer(t)
 	ctx0 := t.Context()
-	if _, err := kube.CoreV1().Namespaces().Create(ctx0, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// act-a on the API server: Running, Ready.
 	live := activatorPod("act-a", "127.0.0.1")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "act-a", Namespace: "ebb-system", Labels: map[string]string{"app": "activator"}},

@@ -10,13 +10,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
 
 // TestTakeOverAfterRelease: act-a, which serves, holds the Lease; act-b
@@ -24,27 +21,8 @@ import (
 // the holder emptied), or it is deleted. act-b takes it at once, not at
 // its election's next jittered retry (2–4.4 s later).
 func TestTakeOverAfterRelease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
-	}
-	names, _ := groupsuffix.New("ebb.dev")
-	assets, err := webhooktest.Assets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	names := groupsuffix.MustNew("ebb.dev")
+	_, kube := apiServer(t)
 	c := Config{Names: names, PodName: "act-b", PodNamespace: "ebb-system", Pool: DefaultPool, ActivatorSelector: "app=activator", AdminPort: 1}
 	leases := kube.CoordinationV1().Leases("ebb-system")
 	leaseName := poolLeaseName(names, DefaultPool)

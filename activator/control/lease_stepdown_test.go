@@ -9,13 +9,10 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
 
 // TestOldHolderStepsDownAtOnce: act-a leads; another replica releases
@@ -24,24 +21,8 @@ import (
 // The package doc says "for a moment after a release": 14 s before the
 // Lease watch and decide's step-down on another holder, now within ms.
 func TestOldHolderStepsDownAtOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
-	}
-	names, _ := groupsuffix.New("ebb.dev")
-	assets, err := webhooktest.Assets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	kube, _ := kubernetes.NewForConfig(cfg)
-	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	names := groupsuffix.MustNew("ebb.dev")
+	_, kube := apiServer(t)
 	c := Config{Names: names, PodName: "act-a", PodNamespace: "ebb-system", Pool: DefaultPool, ActivatorSelector: "app=activator", AdminPort: 1}
 	leases := kube.CoordinationV1().Leases("ebb-system")
 	leaseName := poolLeaseName(names, DefaultPool)

@@ -12,14 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
 
 // TestLeaseTakeOver runs a replica's leadership (client-go's election on
@@ -31,30 +28,8 @@ import (
 // connection (127.0.0.1, where nothing listens on the admin port): a
 // refusal is not the kubelet's word.
 func TestLeaseTakeOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
-	}
-	names, err := groupsuffix.New("ebb.dev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	assets, err := webhooktest.Assets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver (envtest): %v", err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	names := groupsuffix.MustNew("ebb.dev")
+	_, kube := apiServer(t)
 	c := Config{Names: names, PodName: "act-b", PodNamespace: "ebb-system", Pool: DefaultPool, ActivatorSelector: "app=activator", AdminPort: 1}
 	leases := kube.CoordinationV1().Leases("ebb-system")
 	leaseName := poolLeaseName(names, DefaultPool)
@@ -136,30 +111,8 @@ func (l podLister) List(_ context.Context, list client.ObjectList, _ ...client.L
 // TestReleaseLeaseOf: the Lease is deleted only while the named replica
 // holds it.
 func TestReleaseLeaseOf(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
-	}
-	names, err := groupsuffix.New("ebb.dev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	assets, err := webhooktest.Assets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver (envtest): %v", err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ebb-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	names := groupsuffix.MustNew("ebb.dev")
+	_, kube := apiServer(t)
 	c := Config{Names: names, PodName: "act-b", PodNamespace: "ebb-system", Pool: DefaultPool}
 	leases := kube.CoordinationV1().Leases("ebb-system")
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: poolLeaseName(names, DefaultPool), Namespace: "ebb-system"},
