@@ -31,7 +31,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("invalid options:\n%w", err)
 	}
 	names := groupsuffix.MustNew(opts.GroupSuffix) // checked by Validate
-	log := newLogger(opts).WithValues("suffix", names.Suffix())
+	log := newLogger(opts).WithValues("groupSuffix", names.Suffix())
 	restCfg := opts.RestConfig
 	if restCfg == nil {
 		var err error

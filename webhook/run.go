@@ -32,7 +32,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("invalid options:\n%w", err)
 	}
 	names := groupsuffix.MustNew(opts.GroupSuffix) // checked by Validate
-	log := logroute.Setup("ebb-webhook", opts.Log).WithValues("suffix", names.Suffix())
+	log := logroute.Setup("ebb-webhook", opts.Log).WithValues("groupSuffix", names.Suffix())
 
 	restCfg, err := restConfig(opts)
 	if err != nil {
