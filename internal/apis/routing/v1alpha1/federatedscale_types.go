@@ -169,9 +169,6 @@ type FederatedClusterStatus struct {
 	// registered or not read).
 	// +optional
 	Requests *int64 `json:"requests,omitempty"`
-	// LastRead is when the member was last read.
-	// +optional
-	LastRead *metav1.Time `json:"lastRead,omitempty"`
 }
 
 // FederatedScaleList is a list of FederatedScales.
