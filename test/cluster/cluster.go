@@ -50,6 +50,15 @@ type Options struct {
 	// a network namespace of its own (plan.go).
 	Index   int
 	Several bool
+	// AuditLog makes the API server write an audit log of every request at
+	// the Metadata level (who, verb, resource, status; no bodies), one JSON
+	// event per line at <Dir>/logs/audit.log (Cluster.AuditLogPath), with
+	// the policy of auditPolicy.
+	AuditLog bool
+	// HPASyncPeriod is how often the controller manager syncs every HPA
+	// (each sync reads its scale target and the external metrics); 2 s if
+	// 0, which keeps tests short. A real cluster's is 15 s.
+	HPASyncPeriod time.Duration
 }
 
 // Cluster is a running local cluster. Build it with Start; Stop it always.
@@ -73,6 +82,9 @@ type Cluster struct {
 	// Netns is the network namespace the cluster's programs run in ("":
 	// the host's).
 	Netns string
+	// AuditLogPath is the API server's audit log (Options.AuditLog), ""
+	// without one.
+	AuditLogPath string
 
 	ca       *authority
 	logf     func(string, ...any)
@@ -194,12 +206,17 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startEtcd(ctx, etcd); err != nil {
 		return c, err
 	}
+	if opts.AuditLog {
+		if err := c.writeAuditPolicy(); err != nil {
+			return c, err
+		}
+	}
 	if err := c.startAPIServer(ctx, bins["kube-apiserver"], pki); err != nil {
 		return c, err
 	}
 	logf("api server ready after %s", time.Since(c.started).Round(time.Millisecond))
 
-	if err := c.startControllerManager(bins["kube-controller-manager"], pki); err != nil {
+	if err := c.startControllerManager(bins["kube-controller-manager"], pki, opts.HPASyncPeriod); err != nil {
 		return c, err
 	}
 	if err := c.startScheduler(bins["kube-scheduler"]); err != nil {
@@ -401,7 +418,7 @@ func (c *Cluster) startEtcd(ctx context.Context, etcd string) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context, bin string, pki pkiPaths) error {
-	p, err := c.start("kube-apiserver", nil, bin,
+	args := []string{
 		"--etcd-servers", c.etcdURL,
 		"--bind-address", c.plan.bridgeIP, "--advertise-address", c.plan.bridgeIP, "--secure-port", strconv.Itoa(APIServerPort),
 		"--tls-cert-file", pki.serverCert, "--tls-private-key-file", pki.serverKey,
@@ -424,7 +441,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin string, pki pkiPaths) 
 		"--allow-privileged=true", "--profiling=false",
 		"--cert-dir", filepath.Join(c.Dir, "pki", "apiserver-generated"),
 		"--v=1",
-	)
+	}
+	if c.AuditLogPath != "" {
+		args = append(args, c.auditArgs()...)
+	}
+	p, err := c.start("kube-apiserver", nil, bin, args...)
 	if err != nil {
 		return err
 	}
@@ -433,7 +454,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin string, pki pkiPaths) 
 	})
 }
 
-func (c *Cluster) startControllerManager(bin string, pki pkiPaths) error {
+func (c *Cluster) startControllerManager(bin string, pki pkiPaths, hpaSync time.Duration) error {
+	if hpaSync == 0 {
+		// A real cluster's HPA syncs every 15 s; 2 s keeps tests short.
+		hpaSync = 2 * time.Second
+	}
 	_, err := c.start("kube-controller-manager", nil, bin,
 		"--kubeconfig", c.Kubeconfig,
 		"--controllers", "*,-serviceaccount-token",
@@ -443,8 +468,7 @@ func (c *Cluster) startControllerManager(bin string, pki pkiPaths) error {
 		"--root-ca-file", pki.ca,
 		"--service-account-private-key-file", pki.saKey,
 		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
-		// A real cluster's HPA syncs every 15 s; 2 s keeps tests short.
-		"--horizontal-pod-autoscaler-sync-period=2s",
+		"--horizontal-pod-autoscaler-sync-period="+hpaSync.String(),
 		"--v=1",
 	)
 	return err
