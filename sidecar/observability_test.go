@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gorilla/websocket"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -206,4 +207,62 @@ func TestInstanceLabel(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// TestIdleSidecarSeries: an idle sidecar exports at most 40 series (a fleet
+// of idle pods is scraped whole), none of them a request series; the first
+// request creates the one series of its protocol and status class, and
+// nothing else. Before request series were made on first use the idle
+// sidecar exported 547.
+func TestIdleSidecarSeries(t *testing.T) {
+	app := startTestApp(t)
+	o := testOptions(app.addr)
+	o.Instance = "ebb.dev" // as the webhook injects it
+	r := startSidecar(t, o)
+	idle := scrapeSeries(t, r)
+	if len(idle) > 40 {
+		t.Errorf("an idle sidecar exports %d series, want at most 40:\n%s", len(idle), strings.Join(idle, "\n"))
+	}
+	for _, s := range idle {
+		if strings.HasPrefix(s, "ebb_sidecar_request_duration_seconds") || strings.HasPrefix(s, "ebb_sidecar_grpc_requests_total") {
+			t.Errorf("an idle sidecar exports %s", s)
+		}
+	}
+
+	get(t, http.DefaultClient, "http://"+r.addr+"/")
+	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
+	var added []string
+	seen := map[string]bool{}
+	for _, s := range idle {
+		seen[s] = true
+	}
+	for _, s := range scrapeSeries(t, r) {
+		if !seen[s] {
+			added = append(added, s)
+		}
+	}
+	var want []string
+	for _, le := range []string{"0.001", "0.005", "0.025", "0.1", "0.25", "0.5", "1", "2.5", "10", "60", "+Inf"} {
+		want = append(want, `ebb_sidecar_request_duration_seconds_bucket{code="2xx",ebb_instance="ebb.dev",protocol="http1",le="`+le+`"}`)
+	}
+	want = append(want, `ebb_sidecar_request_duration_seconds_sum{code="2xx",ebb_instance="ebb.dev",protocol="http1"}`,
+		`ebb_sidecar_request_duration_seconds_count{code="2xx",ebb_instance="ebb.dev",protocol="http1"}`)
+	if diff := cmp.Diff(want, added); diff != "" {
+		t.Errorf("series added by one GET 200 (-want +got):\n%s", diff)
+	}
+}
+
+// scrapeSeries returns the series r's /metrics exports, each its name and
+// labels (the sample lines without their values).
+func scrapeSeries(t *testing.T, r *running) []string {
+	t.Helper()
+	_, body := get(t, http.DefaultClient, "http://"+r.admin+"/metrics")
+	var series []string
+	for _, l := range strings.Split(body, "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		series = append(series, l[:strings.LastIndexByte(l, ' ')])
+	}
+	return series
 }
