@@ -1,0 +1,126 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+)
+
+// Routed are the AppRoute conditions that say an app at zero is served
+// and wakes: the "Admitted, Propagated and ScaledByKEDA", with
+// Ready (the webhook's: its Service exists and reaches the sidecar).
+var Routed = []string{
+	routingv1alpha1.ConditionReady,
+	routingv1alpha1.ConditionAdmitted,
+	routingv1alpha1.ConditionPropagated,
+	routingv1alpha1.ConditionScaledByKEDA,
+}
+
+// RouteCounts says how many of the apps asked about have an AppRoute, one
+// with every Routed condition True, and one whose Idle is True.
+type RouteCounts struct {
+	Apps, Routes, Routed, Idle int
+	// NotRouted names one route that is not, with its conditions.
+	NotRouted string
+}
+
+func (c RouteCounts) String() string {
+	return fmt.Sprintf("%d of %d AppRoutes, %d routed (Ready, Admitted, Propagated, ScaledByKEDA True), %d Idle", c.Routes, c.Apps, c.Routed, c.Idle)
+}
+
+// Routes lists the AppRoutes of the fleet's namespaces and counts those of
+// apps.
+func (f *Fleet) Routes(ctx context.Context, apps []App) (RouteCounts, error) {
+	want := make(map[string]bool, len(apps))
+	for _, a := range apps {
+		want[a.Namespace+"/"+a.Name] = true
+	}
+	c := RouteCounts{Apps: len(apps)}
+	gvr := routingv1alpha1.GroupVersionResource(f.Release.Names.Group())
+	for _, ns := range f.Namespaces {
+		list, err := f.Dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return c, fmt.Errorf("list AppRoutes of %s: %w", ns, err)
+		}
+		for _, u := range list.Items {
+			if !want[u.GetNamespace()+"/"+u.GetName()] {
+				continue
+			}
+			var r routingv1alpha1.AppRoute
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
+				return c, fmt.Errorf("AppRoute %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+			}
+			c.Routes++
+			routed := true
+			for _, t := range Routed {
+				routed = routed && meta.IsStatusConditionTrue(r.Status.Conditions, t)
+			}
+			if routed {
+				c.Routed++
+			} else if c.NotRouted == "" {
+				c.NotRouted = fmt.Sprintf("%s/%s: %s", r.Namespace, r.Name, conditions(r.Status.Conditions))
+			}
+			if meta.IsStatusConditionTrue(r.Status.Conditions, routingv1alpha1.ConditionIdle) {
+				c.Idle++
+			}
+		}
+	}
+	return c, nil
+}
+
+func conditions(cs []metav1.Condition) string {
+	s := ""
+	for _, c := range cs {
+		s += fmt.Sprintf("%s=%s(%s) ", c.Type, c.Status, c.Reason)
+	}
+	return s
+}
+
+// Convergence is how long the fleet's AppRoutes took after the last apply.
+type Convergence struct {
+	// Routed is until every app's AppRoute had every Routed condition
+	// True; Idle until every one had Idle True too; 0 if not within the
+	// timeout.
+	Routed, Idle time.Duration
+	Last         RouteCounts
+}
+
+// WaitRouted polls the AppRoutes of apps every 2 s from lastApply until
+// every one is routed and Idle, or timeout, logging progress every 15 s.
+// It fails only if they are not all routed.
+func (f *Fleet) WaitRouted(ctx context.Context, apps []App, lastApply time.Time, timeout time.Duration) (Convergence, error) {
+	var cv Convergence
+	logged := time.Now()
+	err := poll(ctx, 2*time.Second, timeout, "every AppRoute routed and Idle", func(ctx context.Context) (bool, error) {
+		c, err := f.Routes(ctx, apps)
+		if err != nil {
+			return false, err
+		}
+		cv.Last = c
+		if cv.Routed == 0 && c.Routed == len(apps) {
+			cv.Routed = time.Since(lastApply)
+			f.Logf("every AppRoute routed %s after the last apply", cv.Routed.Round(time.Second))
+		}
+		if cv.Idle == 0 && c.Idle == len(apps) {
+			cv.Idle = time.Since(lastApply)
+		}
+		if time.Since(logged) > 15*time.Second {
+			logged = time.Now()
+			f.Logf("%s after the last apply: %s", time.Since(lastApply).Round(time.Second), c)
+		}
+		return cv.Routed > 0 && cv.Idle > 0, nil
+	})
+	if cv.Routed == 0 {
+		return cv, fmt.Errorf("%w: %s; e.g. %s", err, cv.Last, cv.Last.NotRouted)
+	}
+	if err != nil {
+		f.Logf("not every AppRoute Idle within %s: %s", timeout, cv.Last)
+	}
+	return cv, nil
+}
