@@ -72,6 +72,28 @@ func (s *Set) Kubeconfig(p *string) {
 	s.Env("kubeconfig", "KUBECONFIG")
 }
 
+// KubeAPI binds the client-side limit of the binary's requests to the API
+// server to --kube-api-qps and --kube-api-burst (the names KEDA's operator
+// uses for its own); *qps and *burst hold the defaults
+// (kubeclient.DefaultQPS, kubeclient.DefaultBurst). CheckKubeAPI validates
+// them.
+func (s *Set) KubeAPI(qps *float64, burst *int) {
+	s.Float64(qps, "kube-api-qps", "requests per second this binary may send the API server, shared by all its clients (a fleet's status writes drain at this rate)")
+	s.Int(burst, "kube-api-burst", "requests this binary may send the API server at once above --kube-api-qps")
+}
+
+// CheckKubeAPI returns the problems of --kube-api-qps and --kube-api-burst.
+func CheckKubeAPI(qps float64, burst int) error {
+	var errs []error
+	if !(qps > 0) {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v: must be above 0", qps))
+	}
+	if burst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst %d: must be at least 1", burst))
+	}
+	return errors.Join(errs...)
+}
+
 // Pod binds the pod's name, namespace and IP to --pod-name,
 // --pod-namespace and --pod-ip, which fall back to the variables the
 // downward API sets: POD_NAME, POD_NAMESPACE, POD_IP.
