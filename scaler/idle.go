@@ -9,15 +9,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -36,7 +34,7 @@ const (
 
 // withoutABreak marks the message of requests in flight for a while: the
 // first message with it is written at once (it names the open connection),
-// later ones only as messages are refreshed.
+// later ones not (their counts churn).
 const withoutABreak = "without a break"
 
 // Idleness is what keeps an app active, or that nothing does: the
@@ -89,6 +87,22 @@ type askedParams struct {
 // after KEDA last asked it about the app (KEDA asks every pollingInterval).
 const askedFresh = 2 * time.Minute
 
+// fresh returns the params of every app asked about within askedFresh of
+// now, and forgets the others.
+func (a *asked) fresh(now time.Time) []params {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]params, 0, len(a.m))
+	for k, ap := range a.m {
+		if now.Sub(ap.at) >= askedFresh {
+			delete(a.m, k)
+			continue
+		}
+		out = append(out, ap.p)
+	}
+	return out
+}
+
 func (a *asked) set(p params) {
 	a.mu.Lock()
 	if a.m == nil {
@@ -110,38 +124,69 @@ func (a *asked) get(k appKey, now time.Time) (params, bool) {
 }
 
 // idleStatus keeps the Idle condition of the AppRoutes KEDA asks this
-// replica about (see asked) true to the figures: it watches the AppRoutes
-// and, every second, applies the condition of each whose status or reason
-// changed, whose message now names a long-lived request or no longer does,
-// or whose message changed otherwise and was last written more than
-// messageRefresh ago (so counts in messages do not make a write a second).
-// It writes only what the AppRoute does not say already.
+// replica about (see asked) true to the figures. Every second it compares,
+// for each app asked about, the condition the figures give with the one
+// in the AppRoute cache, and queues the app when its status or reason
+// differs, or when its message starts or stops naming a long-lived request
+// (withoutABreak). Counts in a message alone never make a write: the
+// message tells the figures of the moment the reason last changed. A
+// bounded queue (one entry per app at most) and a few workers write the
+// conditions, at the client's --kube-api-qps, so a fleet that wakes at
+// once drains in bounded time and KEDA's asks never wait on a write.
 type idleStatus struct {
-	s   *Scaler
-	dyn dynamic.Interface
-	gvr schema.GroupVersionResource
-	grp string
-	log logr.Logger
+	s      *Scaler
+	dyn    dynamic.Interface
+	gvr    schema.GroupVersionResource
+	routes *routes
+	log    logr.Logger
+	queue  workqueue.TypedRateLimitingInterface[appKey]
 
-	wrote map[appKey]time.Time
+	mu    sync.Mutex
+	wrote map[appKey]wroteCond // applied by this replica, until the cache shows it
+}
+
+// wroteCond is what a replica applied, by kind, and when.
+type wroteCond struct {
+	kind condKind
+	at   time.Time
+}
+
+// condKind is what of an Idle condition is worth a write.
+type condKind struct {
+	status        metav1.ConditionStatus
+	reason        string
+	withoutABreak bool
+}
+
+func kindOf(c *metav1.Condition) condKind {
+	return condKind{c.Status, c.Reason, strings.Contains(c.Message, withoutABreak)}
 }
 
 const (
-	idlePeriod     = time.Second
-	messageRefresh = time.Minute
+	idlePeriod = time.Second
+	// idleWorkers write Idle conditions side by side (the client's rate
+	// limit, not their number, bounds the writes per second).
+	idleWorkers = 4
+	// wroteTrust is how long a write this replica made stands for the
+	// AppRoute while the cache does not show it yet.
+	wroteTrust = 30 * time.Second
 	// IdleFieldManager owns the Idle condition.
 	IdleFieldManager = "ebb-scaler"
 )
 
-func newIdleStatus(s *Scaler, dyn dynamic.Interface, names groupsuffix.Names, log logr.Logger) *idleStatus {
-	return &idleStatus{s: s, dyn: dyn, gvr: routingv1alpha1.GroupVersionResource(names.Group()), grp: names.Group(), log: log, wrote: map[appKey]time.Time{}}
+func newIdleStatus(s *Scaler, dyn dynamic.Interface, r *routes, names groupsuffix.Names, log logr.Logger) *idleStatus {
+	return &idleStatus{s: s, dyn: dyn, gvr: routingv1alpha1.GroupVersionResource(names.Group()), routes: r, log: log, wrote: map[appKey]wroteCond{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[appKey](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[appKey]{Name: "idle"})}
 }
 
 func (w *idleStatus) run(ctx context.Context) {
-	inf := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 10*time.Minute).ForResource(w.gvr).Informer()
-	go inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	defer w.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), w.routes.synced) {
 		return
+	}
+	for range idleWorkers {
+		go w.work(ctx)
 	}
 	t := time.NewTicker(idlePeriod)
 	defer t.Stop()
@@ -155,51 +200,98 @@ func (w *idleStatus) run(ctx context.Context) {
 			continue
 		}
 		now := time.Now()
-		for _, obj := range inf.GetStore().List() {
-			u, ok := obj.(*unstructured.Unstructured)
-			if !ok {
-				continue
+		w.forgetOld(now)
+		for _, p := range w.s.asked.fresh(now) {
+			if w.due(p, now) != nil {
+				w.queue.Add(p.app)
 			}
-			w.sync(ctx, u, now)
 		}
 	}
 }
 
-func (w *idleStatus) sync(ctx context.Context, u *unstructured.Unstructured, now time.Time) {
-	k := appKey{Namespace: u.GetNamespace(), Name: u.GetName()}
-	p, fresh := w.s.asked.get(k, now)
-	if !fresh {
-		return // KEDA asks another replica, or nobody: its rate window is not known here
+// due returns the Idle condition to apply to p's AppRoute, or nil when the
+// AppRoute (or this replica's last write to it) says it already, or there
+// is no AppRoute.
+func (w *idleStatus) due(p params, now time.Time) *metav1.Condition {
+	rt := w.routes.get(p.app)
+	if rt == nil {
+		return nil
 	}
 	var f figures
-	if a := w.s.reg.lookup(k); a != nil {
+	if a := w.s.reg.lookup(p.app); a != nil {
 		f = a.figures(now, p.window)
 	}
 	want := idleOf(p, f)
-	var st struct {
-		Conditions []metav1.Condition `json:"conditions"`
-	}
-	if raw, ok, _ := unstructured.NestedMap(u.Object, "status"); ok {
-		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
-	}
-	cond := metav1.Condition{Type: routingv1alpha1.ConditionIdle, Status: metav1.ConditionFalse, Reason: want.Reason, Message: want.Message, ObservedGeneration: u.GetGeneration(), LastTransitionTime: metav1.NewTime(now)}
+	cond := &metav1.Condition{Type: routingv1alpha1.ConditionIdle, Status: metav1.ConditionFalse, Reason: want.Reason, Message: want.Message, ObservedGeneration: rt.Generation, LastTransitionTime: metav1.NewTime(now)}
 	if want.Idle {
 		cond.Status = metav1.ConditionTrue
 	}
-	old := meta.FindStatusCondition(st.Conditions, cond.Type)
-	if old != nil && old.Status == cond.Status {
-		cond.LastTransitionTime = old.LastTransitionTime
-		sameKind := strings.Contains(old.Message, withoutABreak) == strings.Contains(cond.Message, withoutABreak)
-		if old.Reason == cond.Reason && (old.Message == cond.Message || sameKind && now.Sub(w.wrote[k]) < messageRefresh) {
-			return
+	k := kindOf(cond)
+	if old := rt.idle; old != nil {
+		if kindOf(old) == k {
+			return nil
+		}
+		if old.Status == cond.Status {
+			cond.LastTransitionTime = old.LastTransitionTime
 		}
 	}
-	if err := w.apply(ctx, k, cond); err != nil {
-		w.log.Info("cannot set the Idle condition", "app", k.Namespace+"/"+k.Name, "error", err.Error())
+	w.mu.Lock()
+	wr, ok := w.wrote[p.app]
+	w.mu.Unlock()
+	if ok && wr.kind == k && now.Sub(wr.at) < wroteTrust {
+		return nil // written; the watch has not brought it back yet
+	}
+	return cond
+}
+
+func (w *idleStatus) forgetOld(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, wr := range w.wrote {
+		if now.Sub(wr.at) >= wroteTrust {
+			delete(w.wrote, k)
+		}
+	}
+}
+
+func (w *idleStatus) work(ctx context.Context) {
+	for {
+		k, shutdown := w.queue.Get()
+		if shutdown {
+			return
+		}
+		w.write(ctx, k)
+		w.queue.Done(k)
+	}
+}
+
+// write applies k's Idle condition if it is still due; a failure is
+// retried with a back-off of its own.
+func (w *idleStatus) write(ctx context.Context, k appKey) {
+	now := time.Now()
+	p, fresh := w.s.asked.get(k, now)
+	var cond *metav1.Condition
+	if fresh {
+		cond = w.due(p, now)
+	}
+	if cond == nil {
+		w.queue.Forget(k)
 		return
 	}
+	if err := w.apply(ctx, k, *cond); err != nil {
+		if apierrors.IsNotFound(err) || ctx.Err() != nil {
+			w.queue.Forget(k)
+			return
+		}
+		w.log.Info("cannot set the Idle condition; retrying", "app", k.Namespace+"/"+k.Name, "retries", w.queue.NumRequeues(k), "error", err.Error())
+		w.queue.AddRateLimited(k)
+		return
+	}
+	w.queue.Forget(k)
+	w.mu.Lock()
+	w.wrote[k] = wroteCond{kindOf(cond), now}
+	w.mu.Unlock()
 	w.log.Info("Idle condition", "app", k.Namespace+"/"+k.Name, "idle", cond.Status, "reason", cond.Reason, "took", time.Since(now).String())
-	w.wrote[k] = now
 }
 
 func (w *idleStatus) apply(ctx context.Context, k appKey, cond metav1.Condition) error {
@@ -212,7 +304,7 @@ func (w *idleStatus) apply(ctx context.Context, k appKey, cond metav1.Condition)
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = w.dyn.Resource(w.gvr).Namespace(k.Namespace).Patch(ctx, k.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: IdleFieldManager, Force: ptr.To(true)}, "status")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 )
@@ -37,8 +38,10 @@ type Options struct {
 	TLSKeyFile      string // ...and key
 	TLSClientCAFile string // and require client certificates signed by this CA
 
-	Kubeconfig string // empty: in-cluster, then ~/.kube/config
-	Log        logging.Options
+	Kubeconfig   string  // empty: in-cluster, then ~/.kube/config
+	KubeAPIQPS   float64 // the scaler's requests to the API server per second, all clients together
+	KubeAPIBurst int     // ...and at once above that
+	Log          logging.Options
 
 	// Set by programs that run the scaler in-process (tests); not flags.
 	RestConfig *rest.Config         // used instead of Kubeconfig
@@ -67,6 +70,8 @@ func DefaultOptions() Options {
 		MaxRateWindow:   10 * time.Minute,
 		HoldGrace:       holdpush.DefaultGrace,
 		HoldStaleAfter:  holdpush.DefaultStaleAfter,
+		KubeAPIQPS:      kubeclient.DefaultQPS,
+		KubeAPIBurst:    kubeclient.DefaultBurst,
 		Log:             logging.DefaultOptions(),
 	}
 }
@@ -95,6 +100,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.TLSKeyFile, "tls-key-file", "PEM key of --tls-cert-file")
 	s.String(&o.TLSClientCAFile, "tls-client-ca-file", "require gRPC clients (KEDA, activators) to present a certificate signed by this PEM CA")
 	s.Kubeconfig(&o.Kubeconfig)
+	s.KubeAPI(&o.KubeAPIQPS, &o.KubeAPIBurst)
 	o.Log.Bind(s)
 }
 
@@ -158,6 +164,6 @@ func (o Options) Validate() error {
 			bad("%s: %w", f[0], err)
 		}
 	}
-	errs = append(errs, o.Log.Validate())
+	errs = append(errs, options.CheckKubeAPI(o.KubeAPIQPS, o.KubeAPIBurst), o.Log.Validate())
 	return errors.Join(errs...)
 }

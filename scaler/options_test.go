@@ -27,6 +27,7 @@ func TestParseOptions(t *testing.T) {
 		"flag over env":   {[]string{"--stale-ticks=5"}, map[string]string{"EBB_STALE_TICKS": "9"}, func(o *Options) { o.StaleTicks = 5 }},
 		"text logs":       {[]string{"--log-format=text", "--log-level=debug"}, nil, func(o *Options) { o.Log.Format, o.Log.Level = "text", "debug" }},
 		"kubeconfig":      {nil, map[string]string{"KUBECONFIG": "options_test.go"}, func(o *Options) { o.Kubeconfig = "options_test.go" }},
+		"api budget":      {[]string{"--kube-api-qps=20", "--kube-api-burst=30"}, nil, func(o *Options) { o.KubeAPIQPS, o.KubeAPIBurst = 20, 30 }},
 		"kubeconfig list": {nil, map[string]string{"KUBECONFIG": "options_test.go:absent"}, func(o *Options) { o.Kubeconfig = "options_test.go:absent" }},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -45,7 +46,7 @@ func TestParseOptions(t *testing.T) {
 }
 
 func TestParseOptionsReportsEveryProblem(t *testing.T) {
-	_, err := ParseOptions([]string{"--api-group-suffix=ebb", "--tick=5ms", "--tls-key-file=k.pem", "--log-format=xml"},
+	_, err := ParseOptions([]string{"--api-group-suffix=ebb", "--tick=5ms", "--tls-key-file=k.pem", "--log-format=xml", "--kube-api-qps=0", "--kube-api-burst=0"},
 		func(k string) string { return map[string]string{"EBB_READ_PARALLELISM": "many"}[k] })
 	if err == nil {
 		t.Fatal("accepted bad options")
@@ -57,6 +58,8 @@ func TestParseOptionsReportsEveryProblem(t *testing.T) {
 		"--tls-cert-file and --tls-key-file: set both or neither",
 		"--tls-key-file: stat k.pem",
 		`--log-format "xml": want json or text`,
+		"--kube-api-qps 0: must be above 0",
+		"--kube-api-burst 0: must be at least 1",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)

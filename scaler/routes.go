@@ -4,85 +4,138 @@ import (
 	"context"
 	"sort"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 )
 
-// routeFoundFor is how long an AppRoute seen is trusted before it is read
-// again.
-const routeFoundFor = 30 * time.Second
+// route is what the scaler keeps of an AppRoute: its name and its Idle
+// condition. The informer's transform makes it from the AppRoute, so the
+// cache of a fleet's AppRoutes holds a few hundred bytes per app, not the
+// whole object with its managedFields.
+type route struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta // Name, Namespace, ResourceVersion, Generation only
+
+	idle *metav1.Condition // nil: the AppRoute has none
+}
+
+// DeepCopyObject makes route a runtime.Object for the informer's store.
+func (r *route) DeepCopyObject() runtime.Object {
+	out := &route{TypeMeta: r.TypeMeta}
+	r.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if r.idle != nil {
+		c := *r.idle
+		out.idle = &c
+	}
+	return out
+}
+
+// slimRoute is the informer's transform: an AppRoute becomes a route.
+func slimRoute(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown, or a route already
+	}
+	r := &route{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration(), UID: u.GetUID()}}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != routingv1alpha1.ConditionIdle {
+			continue
+		}
+		var cond metav1.Condition
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cond); err == nil {
+			r.idle = &cond
+		}
+		break
+	}
+	return r, nil
+}
+
+// routes is the scaler's one watch of its instance's AppRoutes, in every
+// namespace: the ask path (routeCheck) and the Idle condition (idleStatus)
+// read it, so neither asks the API server.
+type routes struct {
+	inf cache.SharedIndexInformer
+}
+
+func newRoutes(dyn dynamic.Interface, names groupsuffix.Names) *routes {
+	inf := dynamicinformer.NewFilteredDynamicInformer(dyn, routingv1alpha1.GroupVersionResource(names.Group()), metav1.NamespaceAll, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+	_ = inf.SetTransform(slimRoute) // fails only once started
+	return &routes{inf: inf}
+}
+
+func (r *routes) run(ctx context.Context) { r.inf.Run(ctx.Done()) }
+
+// synced reports whether the cache holds every AppRoute (false while the
+// first list has not ended, and for good when the CRD is not installed).
+func (r *routes) synced() bool { return r != nil && r.inf.HasSynced() }
+
+// get returns the AppRoute named k, or nil.
+func (r *routes) get(k appKey) *route {
+	obj, ok, _ := r.inf.GetIndexer().GetByKey(k.Namespace + "/" + k.Name)
+	if !ok {
+		return nil
+	}
+	rt, _ := obj.(*route)
+	return rt
+}
+
+// namesIn returns the names of the AppRoutes of namespace ns, sorted.
+func (r *routes) namesIn(ns string) []string {
+	objs, _ := r.inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	out := make([]string, 0, len(objs))
+	for _, o := range objs {
+		if rt, ok := o.(*route); ok {
+			out = append(out, rt.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 // routeCheck tells a ScaledObject whose app names no AppRoute (app:
 // hello-typo) from one whose app is merely at zero: both have no pod, but
-// the first would never wake. It asks the API server only about apps with
-// no pod and nothing held, and remembers the AppRoutes it found.
+// the first would never wake. It answers from the AppRoute cache: an ask
+// costs the API server nothing.
 type routeCheck struct {
-	client dynamic.Interface // nil: no check (tests with a fake clientset)
-	gvr    schema.GroupVersionResource
+	routes *routes // nil: no check (tests with a fake clientset)
 	names  groupsuffix.Names
 	log    logr.Logger
-
-	mu    sync.Mutex
-	found map[appKey]time.Time // until when
 }
 
-func newRouteCheck(client dynamic.Interface, names groupsuffix.Names, log logr.Logger) *routeCheck {
-	return &routeCheck{client: client, gvr: routingv1alpha1.GroupVersionResource(names.Group()), names: names, log: log, found: map[appKey]time.Time{}}
+func newRouteCheck(r *routes, names groupsuffix.Names, log logr.Logger) *routeCheck {
+	return &routeCheck{routes: r, names: names, log: log}
 }
 
 // check returns an InvalidArgument error when k's namespace has no AppRoute
-// named k.Name, naming the AppRoutes it has. When it cannot tell (the API
-// server fails, the CRD is not installed) it lets the app through: a wrong
-// refusal would stop a working app from scaling.
-func (c *routeCheck) check(ctx context.Context, k appKey, now time.Time) error {
-	if c == nil || c.client == nil {
+// named k.Name, naming the AppRoutes it has. When it cannot tell (the cache
+// is not synced yet, the CRD is not installed) it lets the app through: a
+// wrong refusal would stop a working app from scaling.
+func (c *routeCheck) check(k appKey) error {
+	if c == nil || c.routes == nil {
 		return nil
 	}
-	c.mu.Lock()
-	until, ok := c.found[k]
-	c.mu.Unlock()
-	if ok && now.Before(until) {
+	if !c.routes.synced() {
+		c.log.V(1).Info("AppRoutes not listed yet (or their CRD is not installed); answering for the app", "namespace", k.Namespace, "app", k.Name)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := c.client.Resource(c.gvr).Namespace(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
-	if err == nil {
-		c.mu.Lock()
-		c.found[k] = now.Add(routeFoundFor)
-		if len(c.found) > 10_000 { // bound memory: forget the lot, the next calls read again
-			c.found = map[appKey]time.Time{k: now.Add(routeFoundFor)}
-		}
-		c.mu.Unlock()
+	if c.routes.get(k) != nil {
 		return nil
 	}
-	if !apierrors.IsNotFound(err) {
-		c.log.V(1).Info("cannot tell whether the app has an AppRoute; answering for it", "namespace", k.Namespace, "app", k.Name, "err", err.Error())
-		return nil
-	}
-	// No such AppRoute, or no such resource (the CRD is not installed): a
-	// list tells them apart.
-	list, err := c.client.Resource(c.gvr).Namespace(k.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		c.log.V(1).Info("cannot list AppRoutes; answering for the app", "namespace", k.Namespace, "app", k.Name, "err", err.Error())
-		return nil
-	}
-	var known []string
-	for _, r := range list.Items {
-		known = append(known, r.GetName())
-	}
-	sort.Strings(known)
+	known := c.routes.namesIn(k.Namespace)
 	if len(known) == 0 {
 		return status.Errorf(codes.InvalidArgument, "app %q: namespace %s has no AppRoute of ebb instance %s: label the namespace %s=%s and the Deployment's pod template %s=%s",
 			k.Name, k.Namespace, c.names.Suffix(), c.names.InjectLabel(), groupsuffix.InjectEnabled, c.names.AppLabel(), k.Name)

@@ -35,14 +35,15 @@ import (
 
 // Scaler is one ebb-scaler: its listeners are bound by New, Run serves.
 type Scaler struct {
-	opts     Options
-	log      logr.Logger
-	names    groupsuffix.Names
-	client   kubernetes.Interface
-	routes   *routeCheck
-	refusals *refusals
-	asked    asked       // what ScaledObjects asked, per app
-	idle     *idleStatus // nil without an API server
+	opts      Options
+	log       logr.Logger
+	names     groupsuffix.Names
+	client    kubernetes.Interface
+	routes    *routeCheck
+	appRoutes *routes // nil without an API server
+	refusals  *refusals
+	asked     asked       // what ScaledObjects asked, per app
+	idle      *idleStatus // nil without an API server
 
 	reg       *registry
 	hold      *holdpush.Server
@@ -90,11 +91,12 @@ func New(opts Options) (*Scaler, error) {
 		return nil, err
 	}
 	s.client = client
-	s.routes = newRouteCheck(dyn, s.names, s.log.WithName("routes"))
-	s.refusals = newRefusals(client, dyn, s.log.WithName("refusals"))
 	if dyn != nil {
-		s.idle = newIdleStatus(s, dyn, s.names, s.log.WithName("idle"))
+		s.appRoutes = newRoutes(dyn, s.names)
+		s.idle = newIdleStatus(s, dyn, s.appRoutes, s.names, s.log.WithName("idle"))
 	}
+	s.routes = newRouteCheck(s.appRoutes, s.names, s.log.WithName("routes"))
+	s.refusals = newRefusals(client, dyn, s.log.WithName("refusals"))
 	s.dialer = &net.Dialer{Timeout: opts.ReadTimeout, KeepAlive: 30 * time.Second}
 	s.slowSlots = make(chan struct{}, opts.ReadParallelism)
 	s.podEvents = newPodEvents(client, s.log.WithName("events"))
@@ -198,6 +200,9 @@ func (s *Scaler) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if s.appRoutes != nil {
+		go s.appRoutes.run(gctx)
+	}
 	g.Go(func() error {
 		if err := s.discover(gctx, s.client); err != nil {
 			if gctx.Err() != nil {
@@ -339,6 +344,7 @@ func kubeClients(o Options) (kubernetes.Interface, dynamic.Interface, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "ebb-scaler"
+	kubeclient.Limit(cfg, o.KubeAPIQPS, o.KubeAPIBurst)
 
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

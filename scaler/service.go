@@ -27,21 +27,21 @@ func (v *service) params(ctx context.Context, ref *externalscaler.ScaledObjectRe
 	if !v.s.ready.Load() {
 		return params{}, errNotReady
 	}
-	p, err := v.checked(ctx, ref)
+	p, err := v.checked(ref)
 	if err != nil {
 		v.s.refusals.report(ref, err)
 	}
 	return p, err
 }
 
-func (v *service) checked(ctx context.Context, ref *externalscaler.ScaledObjectRef) (params, error) {
+func (v *service) checked(ref *externalscaler.ScaledObjectRef) (params, error) {
 	p, err := parseParams(ref, v.s.opts.Tick, v.s.opts.MaxRateWindow)
 	if err != nil {
 		return p, err
 	}
 	if !v.s.reg.present(p.app) {
 		// No pod and nothing held: at zero, or no such app at all.
-		if err := v.s.routes.check(ctx, p.app, time.Now()); err != nil {
+		if err := v.s.routes.check(p.app); err != nil { // from the AppRoute cache: no API request
 			return params{}, err
 		}
 	}
