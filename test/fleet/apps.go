@@ -48,7 +48,12 @@ type Fleet struct {
 	Apps []App
 	// Workers bounds the objects created at once; 16 if 0.
 	Workers int
-	Logf    func(format string, args ...any)
+	// Cooldown is the ScaledObjects' cooldownPeriod in seconds, the
+	// README's 60 if 0; RateWindow their trigger's rateWindow, the
+	// scaler's default if "".
+	Cooldown   int64
+	RateWindow string
+	Logf       func(format string, args ...any)
 }
 
 // New opts namespaces <prefix>-00 … in to the release's injection (Pod
@@ -142,7 +147,8 @@ func (f *Fleet) Add(ctx context.Context, n int) ([]App, time.Time, error) {
 // Service (port 80 to the pods' port named http), its Deployment of the
 // test app with replicas (the e2e suite's app: the app label, the hosts
 // annotation <name>.example.com, a readiness probe on the named port) and
-// its ScaledObject (minReplicaCount minReplicas, max 10, cooldown 60 s, a
+// its ScaledObject (minReplicaCount minReplicas, max 10, cooldown 60 s
+// unless Cooldown says otherwise, a
 // fallback of 1 replica after 3 failures, KEDA's default polling, ebb's
 // external-push trigger with targetConcurrency 100).
 func (f *Fleet) Create(ctx context.Context, ns, name string, replicas int32, minReplicas int64) (App, error) {
@@ -168,17 +174,23 @@ func (f *Fleet) Create(ctx context.Context, ns, name string, replicas int32, min
 }
 
 func (f *Fleet) scaledObject(ns, name string, minReplicas int64) *unstructured.Unstructured {
+	meta := map[string]any{"scalerAddress": f.Release.ScalerAddress, "app": name, "targetConcurrency": strconv.Itoa(100)}
+	if f.RateWindow != "" {
+		meta["rateWindow"] = f.RateWindow
+	}
+	cooldown := f.Cooldown
+	if cooldown == 0 {
+		cooldown = 60
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
 		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec": map[string]any{
 			"scaleTargetRef":  map[string]any{"name": name},
 			"minReplicaCount": minReplicas, "maxReplicaCount": int64(10),
-			"cooldownPeriod": int64(60),
+			"cooldownPeriod": cooldown,
 			"fallback":       map[string]any{"failureThreshold": int64(3), "replicas": int64(1)},
-			"triggers": []any{map[string]any{"type": "external-push", "metadata": map[string]any{
-				"scalerAddress": f.Release.ScalerAddress, "app": name, "targetConcurrency": strconv.Itoa(100),
-			}}},
+			"triggers":       []any{map[string]any{"type": "external-push", "metadata": meta}},
 		},
 	}}
 }

@@ -38,7 +38,7 @@ type request struct {
 	client int
 	write  bool
 	watch  bool
-	lease  bool   // a write of a Lease (leader election)
+	lease  bool   // on a Lease (leader election)
 	what   string // verb and resource, for writes
 }
 
@@ -139,8 +139,8 @@ func (a *Audit) add(e event) {
 		return
 	}
 	r := request{at: e.RequestReceivedTimestamp, client: id, write: IsWrite(e.Verb), watch: e.Verb == "watch"}
+	r.lease = e.ObjectRef != nil && e.ObjectRef.Resource == "leases"
 	if r.write && e.ObjectRef != nil {
-		r.lease = e.ObjectRef.Resource == "leases"
 		r.what = e.Verb + " " + e.ObjectRef.Resource
 		if e.ObjectRef.Subresource != "" {
 			r.what += "/" + e.ObjectRef.Subresource
@@ -154,10 +154,11 @@ type ClientRates struct {
 	Client string
 	// Requests counts every request received in the window (a watch
 	// once, when it started), Writes those that create, update, patch or
-	// delete, Watches the watches started. LeaseWrites are the writes of
-	// Leases among Writes: a leader election's renewals, which do not grow
-	// with the apps.
-	Requests, Writes, LeaseWrites, Watches int
+	// delete, Watches the watches started. LeaseRequests and LeaseWrites
+	// are those on Leases among them: leader elections, whose renewals do
+	// not grow with the apps.
+	Requests, Writes, Watches  int
+	LeaseRequests, LeaseWrites int
 	// OpenWatches are its long-running watches still open at the window's
 	// end (started before it or in it).
 	OpenWatches int
@@ -191,6 +192,9 @@ func (a *Audit) Window(from, to time.Time) map[string]*ClientRates {
 		}
 		c := get(r.client)
 		c.Requests++
+		if r.lease {
+			c.LeaseRequests++
+		}
 		if r.watch {
 			c.Watches++
 		}

@@ -92,9 +92,9 @@ type Convergence struct {
 }
 
 // WaitRouted polls the AppRoutes of apps every 2 s from lastApply until
-// every one is routed and Idle, or timeout, logging progress every 15 s.
-// It fails only if they are not all routed.
-func (f *Fleet) WaitRouted(ctx context.Context, apps []App, lastApply time.Time, timeout time.Duration) (Convergence, error) {
+// every one is routed and, with idle, Idle too, or timeout, logging
+// progress every 15 s. It fails only if they are not all routed.
+func (f *Fleet) WaitRouted(ctx context.Context, apps []App, lastApply time.Time, timeout time.Duration, idle bool) (Convergence, error) {
 	var cv Convergence
 	logged := time.Now()
 	err := poll(ctx, 2*time.Second, timeout, "every AppRoute routed and Idle", func(ctx context.Context) (bool, error) {
@@ -114,12 +114,12 @@ func (f *Fleet) WaitRouted(ctx context.Context, apps []App, lastApply time.Time,
 			logged = time.Now()
 			f.Logf("%s after the last apply: %s", time.Since(lastApply).Round(time.Second), c)
 		}
-		return cv.Routed > 0 && cv.Idle > 0, nil
+		return cv.Routed > 0 && (cv.Idle > 0 || !idle), nil
 	})
 	if cv.Routed == 0 {
 		return cv, fmt.Errorf("%w: %s; e.g. %s", err, cv.Last, cv.Last.NotRouted)
 	}
-	if err != nil {
+	if err != nil && idle {
 		f.Logf("not every AppRoute Idle within %s: %s", timeout, cv.Last)
 	}
 	return cv, nil
