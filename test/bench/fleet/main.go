@@ -203,7 +203,6 @@ func startWarm(ctx context.Context, warm *fleet.Fleet, n int) ([]fleet.App, flee
 	return apps, idle, nil
 }
 
-
 // trafficCounts counts the warm apps' requests.
 type trafficCounts struct{ ok, failed atomic.Int64 }
 
