@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -24,9 +23,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
@@ -36,10 +37,10 @@ import (
 
 // The RBAC the webhook needs, generated into config/rbac. The controller
 // watches Deployments (their pod templates make the AppRoutes), Namespaces
-// (their labels opt apps in), Services and EndpointSlices (status); it gets
-// other instances' MutatingWebhookConfigurations to see whether one is
-// installed, and lists KEDA ScaledObjects (ScaledByKEDA). The admission
-// handler reads nothing.
+// (their labels opt apps in), Services and EndpointSlices (status), the
+// pods of this instance's apps (PodsInjected), MutatingWebhookConfigurations
+// (whether another instance is installed) and KEDA ScaledObjects
+// (ScaledByKEDA). The admission handler reads nothing.
 //
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes/status,verbs=get;update;patch
@@ -47,11 +48,11 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
-// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=list
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;update;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=ebb-system
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=ebb-system
 
@@ -64,23 +65,26 @@ import (
 // injects the sidecar, so it routes the app): see injectors. It creates the
 // AppRoute whatever the replica count, so a Deployment created at zero is
 // routed before its first pod exists.
+//
+// It reads only its caches while nothing changes: every input of a route
+// is watched (Deployments, Namespaces, AppRoutes, DomainClaims, Services,
+// EndpointSlices, the instance's app pods, MutatingWebhookConfigurations
+// and KEDA's ScaledObjects), and a route is applied or its status written
+// only when what it would send differs from what the route has. Nothing
+// requeues a route on a timer.
 type routeReconciler struct {
 	routes   *routes
 	recorder events.EventRecorder
 	log      logr.Logger
+	keda     keda
 }
 
 // appIndex indexes Deployments by the value of their pod template's
 // <suffix>/app label.
 const appIndex = "ebb.spec.template.metadata.labels.app"
 
-// recheckOtherInstance is how often a Deployment that another instance's
-// labels also select is checked again, should that instance be installed
-// or removed (the webhook does not watch webhook configurations).
-const recheckOtherInstance = time.Minute
-
 func newRouteReconciler(rts *routes, recorder events.EventRecorder, log logr.Logger) *routeReconciler {
-	return &routeReconciler{routes: rts, recorder: recorder, log: log}
+	return &routeReconciler{routes: rts, recorder: recorder, log: log, keda: keda{resync: make(chan event.GenericEvent)}}
 }
 
 func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
@@ -99,7 +103,7 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	// Deployment status changes (replica counts) do not change the route.
 	specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
-	return ctrl.NewControllerManagedBy(mgr).
+	ctl, err := ctrl.NewControllerManagedBy(mgr).
 		Named("approute_"+strings.NewReplacer(".", "_", "-", "_").Replace(names.Suffix())).
 		For(&appsv1.Deployment{}, specChanged).
 		// Another Deployment claiming the same app name may win or lose the
@@ -135,7 +139,48 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return append(r.appsInNamespace(ctx, o.GetName()), r.enqueueRoutes(ctx, o.GetName(), nil, nil)...)
 		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		Complete(r)
+		// A pod of an app that starts, stops, or runs with or without the
+		// sidecar changes PodsInjected (the cache holds only the pods
+		// labelled <suffix>/app, stripped: see podTransform).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			app, ok := o.GetLabels()[names.AppLabel()]
+			if !ok {
+				return nil
+			}
+			return r.claimants(ctx, o.GetNamespace(), app, "")
+		}), builder.WithPredicates(podInjectionChanged)).
+		// Another instance installed or removed may take the apps its
+		// labels also select, or leave them to this one.
+		Watches(&admissionregistrationv1.MutatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			if o.GetName() == ConfigurationName(names) {
+				return nil
+			}
+			return r.appsInNamespace(ctx, "")
+		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
+		// Every route, once KEDA's API appears (see keda).
+		WatchesRawSource(source.Channel(r.keda.resync, &handler.EnqueueRequestForObject{})).
+		Build(r)
+	if err != nil {
+		return err
+	}
+	return r.watchScaledObjects(mgr, ctl)
+}
+
+// podInjectionChanged lets through the pod events that may change
+// PodsInjected: a pod created or deleted, one that starts terminating or
+// ends, or gains or loses the sidecar.
+var podInjectionChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*corev1.Pod)
+	n, ok2 := e.ObjectNew.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return podLive(o) != podLive(n) || inject.HasSidecar(&o.Spec) != inject.HasSidecar(&n.Spec)
+}}
+
+// podLive is false for a pod that is terminating or has ended.
+func podLive(p *corev1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // claimants are the Deployments of namespace whose pod template names app,
@@ -155,8 +200,8 @@ func (r *routeReconciler) claimants(ctx context.Context, namespace, app, except 
 	return reqs
 }
 
-// appsInNamespace are the Deployments of namespace whose pod template
-// carries this instance's app label.
+// appsInNamespace are the Deployments of namespace (every namespace when
+// it is "") whose pod template carries this instance's app label.
 func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string) []reconcile.Request {
 	var list appsv1.DeploymentList
 	if err := r.routes.client.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
@@ -166,7 +211,7 @@ func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string)
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		if _, ok := list.Items[i].Spec.Template.Labels[r.routes.names.AppLabel()]; ok {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: list.Items[i].Name}})
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
 		}
 	}
 	return reqs
@@ -281,9 +326,10 @@ func (r *routeReconciler) domainClaims(ctx context.Context) (routing.Claims, err
 }
 
 // podsInjected is the PodsInjected condition of route: whether every live
-// pod of its Deployment runs the sidecar. The pods are read from the API
-// server (the controller caches none), on each reconcile: a pod that starts
-// or stops changes the Service's EndpointSlices, which brings one.
+// pod of its Deployment runs the sidecar. The pods come from the manager's
+// cache, which holds the pods labelled <suffix>/app (the template of a
+// Deployment this instance routes has the label, so its pods do too) and
+// whose watch brings a reconcile when one changes (podInjectionChanged).
 func (r *routeReconciler) podsInjected(ctx context.Context, route *routingv1alpha1.AppRoute, d *appsv1.Deployment) (metav1.Condition, error) {
 	cond := metav1.Condition{Type: routingv1alpha1.ConditionPodsInjected, ObservedGeneration: route.Generation,
 		Status: metav1.ConditionTrue, Reason: "AllInjected", Message: "every pod of the app runs the ebb sidecar"}
@@ -292,13 +338,13 @@ func (r *routeReconciler) podsInjected(ctx context.Context, route *routingv1alph
 		return cond, nil // the API server refuses such Deployments
 	}
 	var pods corev1.PodList
-	if err := r.routes.reader.List(ctx, &pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := r.routes.client.List(ctx, &pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return cond, fmt.Errorf("list pods of Deployment %s/%s: %w", d.Namespace, d.Name, err)
 	}
 	live, without := 0, 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !podLive(p) {
 			continue
 		}
 		live++
@@ -343,8 +389,6 @@ func (r *routeReconciler) enqueueRoutes(ctx context.Context, ns string, o client
 type decision struct {
 	routes bool
 	why    string
-	// recheck is set when another instance's labels select the pods too.
-	recheck time.Duration
 }
 
 // decide applies the routing rule (see routeReconciler) to a pod template
@@ -363,9 +407,8 @@ func (r *routeReconciler) decide(ctx context.Context, nsLabels map[string]string
 			d.routes = true
 			return d, nil
 		}
-		d.recheck = recheckOtherInstance
 		var mwc admissionregistrationv1.MutatingWebhookConfiguration
-		err := r.routes.reader.Get(ctx, types.NamespacedName{Name: ConfigurationName(n)}, &mwc)
+		err := r.routes.client.Get(ctx, types.NamespacedName{Name: ConfigurationName(n)}, &mwc, client.UnsafeDisableDeepCopy)
 		switch {
 		case apierrors.IsNotFound(err):
 			continue // labels alike, but no such instance is installed
@@ -441,9 +484,9 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 				"the pod template is labelled %s but namespace %s is not labelled %s=%s: ebb injects no sidecar and routes nothing; label the namespace, then restart the pods",
 				names.AppLabel(), d.Namespace, names.InjectLabel(), groupsuffix.InjectEnabled)
 		}
-		return reconcile.Result{RequeueAfter: dec.recheck}, r.deleteRoutes(ctx, owned, dec.why)
+		return reconcile.Result{}, r.deleteRoutes(ctx, owned, dec.why)
 	}
-	done := reconcile.Result{RequeueAfter: dec.recheck}
+	done := reconcile.Result{}
 
 	app := d.Spec.Template.Labels[names.AppLabel()]
 	winner, err := r.winner(ctx, ns.Labels, &d, app)
@@ -506,9 +549,6 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	st, err := r.status(ctx, &current, &d, appCfg, svc)
 	if err != nil {
 		return reconcile.Result{}, err
-	}
-	if done.RequeueAfter == 0 || done.RequeueAfter > rescaledBy {
-		done.RequeueAfter = rescaledBy // see scaledBy
 	}
 	return done, r.applyStatus(ctx, &current, st)
 }

@@ -22,4 +22,11 @@
 //     exists and sorts first. Each instance writes only its own group.
 //   - Two Deployments claiming one app name: the older keeps the route, the
 //     other gets a Warning event AppNameTaken and takes over when it goes.
+//   - An idle fleet costs the controller nothing: every input of a route
+//     comes from a watch and the manager's cache (app pods labelled
+//     <suffix>/app only, stripped; KEDA's ScaledObjects once its API
+//     exists, looked for once a minute until then), no route is requeued
+//     on a timer, and a route or its status is written only when it would
+//     change. The elected replica's Lease renewal (every 15 s) is its only
+//     write.
 package webhook

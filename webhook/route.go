@@ -31,8 +31,8 @@ const FieldManager = "ebb-webhook"
 type routes struct {
 	names  groupsuffix.Names
 	cfg    inject.Config
-	client client.Client // reads from the manager's cache
-	reader client.Reader // reads from the API server: other instances' webhook configurations
+	client client.Client // reads typed objects from the manager's cache
+	cache  client.Reader // the manager's cache itself, for unstructured objects (KEDA's)
 }
 
 // replicaSetOf returns the pod's controller reference when it is a

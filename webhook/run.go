@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -52,8 +53,13 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 
+	cacheOpts, err := cacheOptions(names)
+	if err != nil {
+		return fmt.Errorf("cache options: %w", err)
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
+		Cache:                         cacheOpts,
 		Logger:                        log,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:        opts.HealthAddr,
@@ -62,6 +68,11 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElectionID:              names.ClusterScopedName("ebb-webhook"),
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		// The elected replica renews its Lease every leaseRetry: the one
+		// write an idle instance makes. See leaseDuration.
+		LeaseDuration: ptr.To(leaseDuration),
+		RenewDeadline: ptr.To(leaseRenewDeadline),
+		RetryPeriod:   ptr.To(leaseRetry),
 		WebhookServer: crwebhook.NewServer(crwebhook.Options{
 			Host: opts.WebhookHost, Port: opts.WebhookPort,
 			CertDir: opts.CertDir, CertName: opts.CertName, KeyName: opts.KeyName,
@@ -71,7 +82,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), reader: mgr.GetAPIReader()}
+	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), cache: mgr.GetCache()}
 	rec := newRouteReconciler(rts, mgr.GetEventRecorder("ebb-webhook"), log.WithName("approute"))
 	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
 		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme)},
@@ -107,6 +118,18 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	return nil
 }
+
+// The AppRoute controller's leader election: the elected replica writes
+// its Lease every leaseRetry (4 writes a minute; controller-runtime's
+// default, 2 s, made 30), and a replica takes over leaseDuration after the
+// leader stopped renewing (at once when it stops cleanly: the Lease is
+// released). Admission does not wait on it: every replica serves the
+// webhook; only route updates wait for a new leader.
+const (
+	leaseDuration      = 60 * time.Second
+	leaseRenewDeadline = 45 * time.Second
+	leaseRetry         = 15 * time.Second
+)
 
 func restConfig(opts Options) (*rest.Config, error) {
 	if opts.RESTConfig != nil {

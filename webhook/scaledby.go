@@ -4,42 +4,187 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 )
 
-// scaledObjectList is KEDA's ScaledObject list, read without KEDA's types.
-var scaledObjectList = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObjectList"}
+// scaledObjectKind is KEDA's ScaledObject, read without KEDA's types.
+var scaledObjectKind = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
 
-// rescaledBy is how often a route's ScaledByKEDA is looked at again when
-// nothing else brings its reconcile: the controller watches no
-// ScaledObject (KEDA may not be installed, and a watch on a missing API
-// stops the controller), so a ScaledObject created or removed shows
-// within this time.
-const rescaledBy = time.Minute
+// kedaCheckInterval is how often an instance whose API server had no
+// ScaledObject API when it started looks for it again: one discovery
+// request for the whole instance, whatever the number of apps. Once the
+// API is there, ScaledObjects come from a watch.
+var kedaCheckInterval = time.Minute
+
+// keda is the controller's view of KEDA's ScaledObjects: a watch through
+// the manager's cache once the API exists (a watch on a missing API would
+// keep the controller from starting), until then the KEDANotInstalled
+// condition and a look for the API every kedaCheckInterval.
+type keda struct {
+	installed atomic.Bool
+	mapper    meta.RESTMapper
+	// watch starts the ScaledObject watch on the controller.
+	watch func() error
+	// resync brings a reconcile of every route, when the API appears.
+	resync chan event.GenericEvent
+	routes client.Reader
+}
+
+// present asks the API server (its discovery, through the manager's
+// RESTMapper) whether the ScaledObject API is installed.
+func (k *keda) present() (bool, error) {
+	_, err := k.mapper.RESTMapping(scaledObjectKind.GroupKind(), scaledObjectKind.Version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// start starts the ScaledObject watch.
+func (k *keda) start() error {
+	if err := k.watch(); err != nil {
+		return fmt.Errorf("watch KEDA ScaledObjects: %w", err)
+	}
+	k.installed.Store(true)
+	return nil
+}
+
+// Start (a manager runnable, in the elected replica) looks for KEDA's API
+// every kedaCheckInterval until it appears, then starts the watch and
+// reconciles every route, whose ScaledByKEDA said KEDANotInstalled.
+func (k *keda) Start(ctx context.Context) error {
+	t := time.NewTicker(kedaCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		ok, err := k.present()
+		if err != nil || !ok {
+			continue // the next look; an unreachable API server is no reason to stop
+		}
+		if err := k.start(); err != nil {
+			return err
+		}
+		var list routingv1alpha1.AppRouteList
+		if err := k.routes.List(ctx, &list); err != nil {
+			return fmt.Errorf("list AppRoutes: %w", err)
+		}
+		for i := range list.Items {
+			r := &list.Items[i]
+			if r.Spec.ScaleTargetRef.Name == "" {
+				continue
+			}
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}}
+			select {
+			case k.resync <- event.GenericEvent{Object: d}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		return nil
+	}
+}
+
+// watchScaledObjects sets r.keda up on ctl: the ScaledObject watch at
+// once if KEDA's API is installed, else the runnable that waits for it.
+func (r *routeReconciler) watchScaledObjects(mgr ctrl.Manager, ctl controller.Controller) error {
+	so := &unstructured.Unstructured{}
+	so.SetGroupVersionKind(scaledObjectKind)
+	r.keda.mapper, r.keda.routes = mgr.GetRESTMapper(), mgr.GetClient()
+	// A change reconciles the routes of the apps its triggers name, before
+	// and after (EnqueueRequestsFromMapFunc maps both objects of an
+	// update). Only spec changes count: KEDA writes the status often.
+	r.keda.watch = func() error {
+		return ctl.Watch(source.Kind[client.Object](mgr.GetCache(), so, handler.EnqueueRequestsFromMapFunc(r.routesNamedBy), predicate.GenerationChangedPredicate{}))
+	}
+	ok, err := r.keda.present()
+	if err != nil {
+		return fmt.Errorf("look for KEDA's ScaledObject API: %w", err)
+	}
+	if ok {
+		return r.keda.start()
+	}
+	r.log.Info("KEDA's ScaledObject API is not installed; looking for it again every interval", "interval", kedaCheckInterval)
+	return mgr.Add(&r.keda)
+}
+
+// routesNamedBy maps a ScaledObject to the Deployments of the AppRoutes of
+// its namespace whose app one of its triggers names.
+func (r *routeReconciler) routesNamedBy(ctx context.Context, o client.Object) []reconcile.Request {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, app := range triggerApps(u) {
+		var route routingv1alpha1.AppRoute
+		if err := r.routes.client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: app}, &route, client.UnsafeDisableDeepCopy); err != nil {
+			continue // no route (yet): its own reconcile reads the ScaledObjects
+		}
+		if route.Spec.ScaleTargetRef.Name != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: route.Namespace, Name: route.Spec.ScaleTargetRef.Name}})
+		}
+	}
+	return reqs
+}
+
+// triggerApps are the apps named by so's external-push and external
+// triggers.
+func triggerApps(so *unstructured.Unstructured) []string {
+	var apps []string
+	triggers, _, _ := unstructured.NestedSlice(so.Object, "spec", "triggers")
+	for _, t := range triggers {
+		t, _ := t.(map[string]any)
+		typ, _ := t["type"].(string)
+		app, _, _ := unstructured.NestedString(t, "metadata", "app")
+		if (typ == "external-push" || typ == "external") && app != "" {
+			apps = append(apps, app)
+		}
+	}
+	return apps
+}
 
 // scaledBy is the ScaledByKEDA condition of route: whether a ScaledObject
 // of its namespace has an external-push (or external) trigger whose app is
-// the route's, and scales the route's Deployment. It lists the namespace's
-// ScaledObjects from the API server (uncached: there are few, and the
-// cache would need KEDA's API at start).
+// the route's, and scales the route's Deployment. The ScaledObjects come
+// from the manager's cache (the watch above).
 func (r *routeReconciler) scaledBy(ctx context.Context, route *routingv1alpha1.AppRoute) metav1.Condition {
 	cond := metav1.Condition{Type: routingv1alpha1.ConditionScaledByKEDA, ObservedGeneration: route.Generation}
+	if !r.keda.installed.Load() {
+		cond.Status, cond.Reason = metav1.ConditionUnknown, "KEDANotInstalled"
+		cond.Message = "KEDA's ScaledObject API is not installed: nothing scales this app, nor wakes it from zero"
+		return cond
+	}
 	var list unstructured.UnstructuredList
-	list.SetGroupVersionKind(scaledObjectList)
-	if err := r.routes.reader.List(ctx, &list, client.InNamespace(route.Namespace)); err != nil {
+	list.SetGroupVersionKind(scaledObjectKind.GroupVersion().WithKind(scaledObjectKind.Kind + "List"))
+	if err := r.routes.cache.List(ctx, &list, client.InNamespace(route.Namespace)); err != nil {
 		cond.Status, cond.Reason = metav1.ConditionUnknown, "CannotListScaledObjects"
 		cond.Message = fmt.Sprintf("cannot list KEDA ScaledObjects: %v", err)
-		if meta.IsNoMatchError(err) {
-			cond.Reason, cond.Message = "KEDANotInstalled", "KEDA's ScaledObject API is not installed: nothing scales this app, nor wakes it from zero"
-		}
 		return cond
 	}
 	target := route.Spec.ScaleTargetRef.Name
