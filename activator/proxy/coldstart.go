@@ -192,10 +192,14 @@ func (rt *Router) firstByte(a *app, t time.Time) {
 	m := cs.m.resolve()
 	a.lastMarks = m
 	a.endColdStart()
+	if a.phaseObs == nil {
+		a.phaseObs = rt.opts.Metrics.phaseObservers(a.key.Namespace, a.key.Name)
+	}
+	obs := a.phaseObs
 	a.mu.Unlock()
 	rec := ColdStartRecord{Namespace: a.key.Namespace, App: a.key.Name, Began: m[markHeld], Phases: m.phases(m[markHeld])}
 	for i, p := range rec.Phases {
-		a.phaseObs[i].Observe(p.Seconds())
+		obs[i].Observe(p.Seconds())
 	}
 	if rt.opts.OnColdStart != nil {
 		rt.opts.OnColdStart(rec)
@@ -203,8 +207,8 @@ func (rt *Router) firstByte(a *app, t time.Time) {
 }
 
 // phaseObservers are a's series of the cold-start phase histogram.
-func (m *Metrics) phaseObservers(namespace, app string) [nMarks - 1]prometheus.Observer {
-	var out [nMarks - 1]prometheus.Observer
+func (m *Metrics) phaseObservers(namespace, app string) *[nMarks - 1]prometheus.Observer {
+	out := new([nMarks - 1]prometheus.Observer)
 	for i, name := range PhaseNames {
 		out[i] = m.coldStartPhase.WithLabelValues(namespace, app, name)
 	}

@@ -249,11 +249,22 @@ type app struct {
 	coldSince time.Time     // first hold of the current cold start
 	cs        *coldStart    // the cold start under way, until its first byte
 	lastMarks marks         // of the last cold start, resolved
-	phaseObs  [nMarks - 1]prometheus.Observer
+	// phaseObs and heldGauge are made with the app's first cold start
+	// and first hold: an app never held exports no series.
+	phaseObs  *[nMarks - 1]prometheus.Observer
 	probing   bool
 	probed    map[string]bool // addresses a probe found ready
 	all       []Endpoint      // as last set
 	heldGauge prometheus.Gauge
+}
+
+// setHeldGaugeLocked sets the app's held gauge, making its series on the
+// first hold. Callers hold a.mu.
+func (a *app) setHeldGaugeLocked(m *Metrics) {
+	if a.heldGauge == nil {
+		a.heldGauge = m.held.WithLabelValues(a.key.Namespace, a.key.Name)
+	}
+	a.heldGauge.Set(float64(a.held))
 }
 
 type endpointSet struct {
@@ -268,8 +279,6 @@ func (rt *Router) getApp(key routing.Key) *app {
 		a = &app{key: key, push: holdpush.App{Namespace: key.Namespace, Name: key.Name}, wake: make(chan struct{}), probed: map[string]bool{}}
 		a.cfg.Store(&AppConfig{})
 		a.eps.Store(&endpointSet{})
-		a.heldGauge = rt.opts.Metrics.held.WithLabelValues(key.Namespace, key.Name)
-		a.phaseObs = rt.opts.Metrics.phaseObservers(key.Namespace, key.Name)
 		rt.apps[key] = a
 	}
 	return a
@@ -522,7 +531,7 @@ func (rt *Router) admit(a *app, limit int, now time.Time) admission {
 	}
 	a.held++
 	rt.opts.Pusher.Set(a.push, a.held)
-	a.heldGauge.Set(float64(a.held))
+	a.setHeldGaugeLocked(rt.opts.Metrics)
 	if a.coldSince.IsZero() {
 		a.coldSince = now
 		rt.beginColdStart(a, now)
@@ -543,7 +552,7 @@ func (rt *Router) leave(a *app) {
 		rt.holding.Add(-1)
 	}
 	rt.opts.Pusher.Set(a.push, a.held)
-	a.heldGauge.Set(float64(a.held))
+	a.setHeldGaugeLocked(rt.opts.Metrics)
 	if a.held == 0 && len(a.eps.Load().ready) == 0 {
 		a.coldSince = time.Time{} // nobody waits any more: this cold start is over
 		a.endColdStart()
