@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/testwait"
+	"github.com/ebb-dev/ebb/webhook"
 )
 
 // zeroDeployment creates a Deployment at 0 replicas, as a scale-to-zero user
@@ -241,4 +243,42 @@ func TestZeroAppNameClash(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRoute(t, c, ebbNames, ns, "clash", routeOf{Hosts: []string{"new.example.com"}, Target: "new", Owner: "new"})
+}
+
+// TestOtherInstanceInstalledLater: an app labelled for ebb.dev and for an
+// instance not installed is ebb.dev's; once that instance's webhook
+// configuration appears (its name sorts first, so it would inject the
+// pods), ebb.dev leaves it the app within seconds, and takes it back when
+// the configuration goes: the controller watches webhook configurations.
+func TestOtherInstanceInstalledLater(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c, _ := newClient(t)
+	ns := "zero-later"
+	makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled", "aab.example.com/inject": "enabled"})
+	zeroDeployment(t, c, ns, "mixed", map[string]string{"ebb.dev/app": "mixed", "aab.example.com/app": "mixed"}, nil)
+	waitRoute(t, c, ebbNames, ns, "mixed", routeOf{Target: "mixed", Owner: "mixed"})
+	time.Sleep(2 * time.Second) // the route's own writes and their reconciles are over
+
+	url := "https://127.0.0.1:1/inject"
+	mwc := webhook.Configuration(groupsuffix.MustNew("aab.example.com"), webhook.ConfigurationOptions{
+		FailurePolicy: admissionregistrationv1.Ignore, ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url}})
+	// It injects nothing here: it selects no object of this test.
+	mwc.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"test/never": "selected"}}
+	if err := c.Create(ctx, mwc); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Check(t, 5*time.Second, func() error {
+		if _, err := getRoute(ctx, c, ebbNames, ns, "mixed"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("AppRoute of an app another installed instance injects: get = %v, want NotFound", err)
+		}
+		return nil
+	})
+	if err := c.Delete(ctx, mwc); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Check(t, 5*time.Second, func() error {
+		_, err := getRoute(ctx, c, ebbNames, ns, "mixed")
+		return err
+	})
 }
