@@ -58,6 +58,9 @@ func appRouteAsServed(i int) *unstructured.Unstructured {
 // app, so the entry stays). The whole AppRoute, as the Idle loop's
 // informer cached it, was 9.8 KB on its own (logged beside).
 func TestStateBytesPerApp(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector inflates the heap")
+	}
 	const n = 1000
 	served := make([]*unstructured.Unstructured, n)
 	for i := range served {
@@ -110,6 +113,9 @@ func TestStateBytesPerApp(t *testing.T) {
 // state and buffers, measured with both ends in this process, so an upper
 // bound of the scaler's part.
 func TestStreamBytesPerApp(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector inflates the heap")
+	}
 	r := newRig(t, nil, nil)
 	const n = 1000
 	ctx, cancel := context.WithCancel(context.Background())

@@ -60,6 +60,9 @@ func heapAfterSync(t *testing.T, cfg *rest.Config, c Config) uint64 {
 // with none: 13.2 KB with whole objects, 6.0 KB without managedFields and
 // with Deployments kept to their replicas.
 func TestCacheBytesPerApp(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector inflates the heap")
+	}
 	if testing.Short() {
 		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
 	}

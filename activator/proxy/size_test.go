@@ -39,6 +39,9 @@ func fleetRoutes(n int) []routing.Route[AppConfig] {
 // hold and first cold start. They were made with the app: 7 histograms
 // of 15 buckets and a gauge, 127 series and 12.9 KB per app at zero.
 func TestRouterBytesPerApp(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector inflates the heap")
+	}
 	const n = 1000
 	routes := fleetRoutes(n)
 	reg := prometheus.NewRegistry()

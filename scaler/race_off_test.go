@@ -1,0 +1,5 @@
+//go:build !race
+
+package scaler
+
+const raceEnabled = false

@@ -1,0 +1,7 @@
+//go:build race
+
+package scaler
+
+// raceEnabled: the race detector is on (it inflates the heap, so size
+// tests skip).
+const raceEnabled = true
