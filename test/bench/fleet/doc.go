@@ -18,7 +18,8 @@
 // Prometheus series each component and one idle sidecar export; then ebb's
 // part of the cold start (status.lastColdStart) and the client's total for
 // apps woken one at a time and together. The ratios between the N's
-// follow. With -smoke it runs every step with 3 apps and a 20 s window.
+// follow. With -smoke it runs every step with 3 apps and a 20 s window, in
+// about a minute, and fails if a wake fails: make bench-smoke runs it.
 //
 // It takes the machine's cluster lock; the default run takes about 55
 // minutes on a 2-core machine.

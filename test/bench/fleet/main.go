@@ -17,7 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
@@ -44,7 +47,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 16, "apps created at once")
 	flag.DurationVar(&o.converge, "converge-timeout", 15*time.Minute, "how long to wait for every AppRoute routed after the last apply")
 	flag.Uint64Var(&o.seed, "seed", 0, "seed of the choice of apps to wake (0: from the clock, printed)")
-	flag.BoolVar(&o.smoke, "smoke", false, "every step with tiny sizes: -n 3 -idle 20s -warm 2 -wakes 1 -namespaces 3")
+	flag.BoolVar(&o.smoke, "smoke", false, "every step with tiny sizes, in about a minute: -n 3 -idle 20s -warm 2 -wakes 1 -namespaces 3, and an error if a wake fails")
 	flag.Parse()
 	if o.smoke {
 		*sizes, o.idle, o.warm, o.wakes, o.spaces = "3", 20*time.Second, 2, 1, 3
@@ -72,6 +75,9 @@ func main() {
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
 	}
+	// client-go's own lines (a watch ended by its context) are not the
+	// bench's output.
+	klog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
@@ -129,17 +135,16 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}()
 
-	warmApps, idleApp, err := startWarm(ctx, warm, o.warm)
-	if err != nil {
-		return err
-	}
+	// The warm apps' traffic starts with them: KEDA would take an app
+	// with no request to zero.
 	tctx, stopTraffic := context.WithCancel(ctx)
 	var traffic trafficCounts
 	var twg sync.WaitGroup
-	for _, a := range warmApps {
-		twg.Go(func() { traffic.send(tctx, a) })
-	}
 	defer func() { stopTraffic(); twg.Wait() }()
+	warmApps, idleApp, err := startWarm(ctx, warm, o.warm, func(a fleet.App) { twg.Go(func() { traffic.send(tctx, a) }) })
+	if err != nil {
+		return err
+	}
 
 	audit := fleet.NewAudit(c.AuditLogPath)
 	rng := rand.New(rand.NewPCG(o.seed, o.seed))
@@ -151,6 +156,9 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		results = append(results, r)
 		printResult(r, ebb, o)
+		if _, _, failed := fleet.Summarize(append(append([]fleet.Wake{}, r.each...), r.together...)); o.smoke && failed > 0 {
+			return fmt.Errorf("N = %d: %d wakes not answered 200 or without status.lastColdStart", n, failed)
+		}
 	}
 	if len(results) > 1 {
 		printRatios(results, ebb)
@@ -159,10 +167,11 @@ func run(ctx context.Context, o options) (err error) {
 	return nil
 }
 
-// startWarm creates the warm apps (one pod each, min 0 as the README's)
-// and one idle app whose ScaledObject keeps one pod (min 1) and which gets
-// no request, and waits for their pods and AppRoutes.
-func startWarm(ctx context.Context, warm *fleet.Fleet, n int) ([]fleet.App, fleet.App, error) {
+// startWarm creates the warm apps (one pod each, min 0 as the README's),
+// calling traffic with each, and one idle app whose ScaledObject keeps one
+// pod (min 1) and which gets no request, and waits for their pods and
+// AppRoutes.
+func startWarm(ctx context.Context, warm *fleet.Fleet, n int, traffic func(fleet.App)) ([]fleet.App, fleet.App, error) {
 	ns := warm.Namespaces[0]
 	var apps []fleet.App
 	for i := range n {
@@ -170,6 +179,7 @@ func startWarm(ctx context.Context, warm *fleet.Fleet, n int) ([]fleet.App, flee
 		if err != nil {
 			return nil, fleet.App{}, err
 		}
+		traffic(a)
 		apps = append(apps, a)
 	}
 	idle, err := warm.Create(ctx, ns, "idle-sidecar", 1, 1)
@@ -177,15 +187,10 @@ func startWarm(ctx context.Context, warm *fleet.Fleet, n int) ([]fleet.App, flee
 		return nil, fleet.App{}, err
 	}
 	all := append(append([]fleet.App{}, apps...), idle)
-	for _, a := range all {
-		if err := warm.C.WaitReplicas(ctx, a.Namespace, a.Name, 1, 3*time.Minute); err != nil {
-			return nil, fleet.App{}, err
-		}
-	}
 	if _, err := warm.WaitRouted(ctx, all, time.Now(), 3*time.Minute, false); err != nil {
 		return nil, fleet.App{}, err
 	}
-	if err := cluster.WaitFor(ctx, 3*time.Minute, "the warm apps' pods ready", func(ctx context.Context) (bool, error) {
+	if err := pollEvery(ctx, time.Second, 3*time.Minute, "the warm apps' pods ready", func(ctx context.Context) (bool, error) {
 		ds, err := warm.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -224,6 +229,15 @@ func (t *trafficCounts) send(ctx context.Context, a fleet.App) {
 			t.failed.Add(1)
 		}
 	}
+}
+
+// pollEvery calls cond every interval until it returns true, an error, or
+// timeout passes.
+func pollEvery(ctx context.Context, interval, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	if err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, cond); err != nil {
+		return fmt.Errorf("wait for %s: %w", what, err)
+	}
+	return nil
 }
 
 func measure(ctx context.Context, o options, c *cluster.Cluster, apps, warm *fleet.Fleet, warmApp, idleApp fleet.App, audit *fleet.Audit, traffic *trafficCounts, rng *rand.Rand, n int) (result, error) {
