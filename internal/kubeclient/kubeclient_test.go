@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 func TestConfig(t *testing.T) {
@@ -28,5 +31,25 @@ current-context: x
 	}
 	if _, err := Config(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), "absent") {
 		t.Errorf("a missing kubeconfig: %v, want an error naming it", err)
+	}
+}
+
+// TestLimit: every client built from the config shares one budget.
+func TestLimit(t *testing.T) {
+	var cfg rest.Config
+	Limit(&cfg, DefaultQPS, DefaultBurst)
+	if cfg.QPS != DefaultQPS || cfg.Burst != DefaultBurst || cfg.RateLimiter == nil || cfg.RateLimiter.QPS() != DefaultQPS {
+		t.Errorf("Limit(50, 100): QPS %v, Burst %d, RateLimiter %v; want 50, 100 and one limiter of 50/s", cfg.QPS, cfg.Burst, cfg.RateLimiter)
+	}
+	a, err := kubernetes.NewForConfig(&rest.Config{Host: "https://198.19.0.1:6443", QPS: cfg.QPS, Burst: cfg.Burst, RateLimiter: cfg.RateLimiter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.CoreV1().RESTClient().GetRateLimiter(); got != cfg.RateLimiter {
+		t.Errorf("a client's limiter is %p, want the shared %p", got, cfg.RateLimiter)
+	}
+	var untouched rest.Config
+	if Limit(&untouched, 0, 0); untouched.QPS != 0 || untouched.RateLimiter != nil {
+		t.Errorf("Limit(0, 0) changed the config: %+v", untouched)
 	}
 }
