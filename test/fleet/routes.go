@@ -7,9 +7,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/test/cluster"
 )
 
 // Routed are the AppRoute conditions that say an app at zero is served
@@ -123,4 +125,46 @@ func (f *Fleet) WaitRouted(ctx context.Context, apps []App, lastApply time.Time,
 		f.Logf("not every AppRoute Idle within %s: %s", timeout, cv.Last)
 	}
 	return cv, nil
+}
+
+// WaitKEDAReady polls the ScaledObjects of apps every 2 s until KEDA
+// reports every one Ready (its scaler answered and its HPA exists) and
+// returns how long after lastApply that was, or how many were not when
+// timeout ends.
+func (f *Fleet) WaitKEDAReady(ctx context.Context, apps []App, lastApply time.Time, timeout time.Duration) (time.Duration, error) {
+	want := make(map[string]bool, len(apps))
+	for _, a := range apps {
+		want[a.Namespace+"/"+a.Name] = true
+	}
+	ready := 0
+	logged := time.Now()
+	err := poll(ctx, 2*time.Second, timeout, "KEDA Ready on every ScaledObject", func(ctx context.Context) (bool, error) {
+		ready = 0
+		for _, ns := range f.Namespaces {
+			list, err := f.Dyn.Resource(cluster.ScaledObjects).Namespace(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, fmt.Errorf("list ScaledObjects of %s: %w", ns, err)
+			}
+			for _, u := range list.Items {
+				if !want[u.GetNamespace()+"/"+u.GetName()] {
+					continue
+				}
+				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+				for _, c := range conds {
+					if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+						ready++
+					}
+				}
+			}
+		}
+		if time.Since(logged) > 15*time.Second {
+			logged = time.Now()
+			f.Logf("%s after the last apply: KEDA Ready on %d of %d ScaledObjects", time.Since(lastApply).Round(time.Second), ready, len(apps))
+		}
+		return ready == len(apps), nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: %d of %d Ready", err, ready, len(apps))
+	}
+	return time.Since(lastApply), nil
 }

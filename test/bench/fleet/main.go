@@ -94,6 +94,7 @@ func say(format string, args ...any) {
 type result struct {
 	n                  int
 	converge           fleet.Convergence
+	kedaReady          time.Duration
 	costs              []fleet.Cost
 	note               string
 	rates              map[string]*fleet.ClientRates
@@ -254,6 +255,12 @@ func measure(ctx context.Context, o options, c *cluster.Cluster, apps, warm *fle
 		return r, err
 	}
 	say("N = %d: routed after %s, Idle after %s", n, r.converge.Routed.Round(time.Second), orNot(r.converge.Idle))
+	// KEDA's own work on the new ScaledObjects (an HPA each) ends before
+	// the window too.
+	if r.kedaReady, err = apps.WaitKEDAReady(ctx, apps.Apps, last, o.converge); err != nil {
+		return r, err
+	}
+	say("N = %d: KEDA Ready on every ScaledObject %s after the last apply", n, r.kedaReady.Round(time.Second))
 	// Apps woken at the size before go back to zero first: the window is
 	// for a fleet where nothing happens.
 	if err := apps.WaitAtZero(ctx, nil, 5*time.Minute); err != nil {
@@ -374,6 +381,7 @@ func printResult(r result, ebb *install.Release, o options) {
 	fmt.Fprintf(&b, "\n| figure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| last apply → every AppRoute Ready, Admitted, Propagated, ScaledByKEDA | %s |\n", orNot(r.converge.Routed))
 	fmt.Fprintf(&b, "| last apply → every AppRoute Idle | %s |\n", orNot(r.converge.Idle))
+	fmt.Fprintf(&b, "| last apply → KEDA Ready on every ScaledObject | %s |\n", orNot(r.kedaReady))
 	fmt.Fprintf(&b, "| %d woken one at a time: ebb's part, median (max) | %s |\n", len(r.each), ebbEach)
 	fmt.Fprintf(&b, "| %d woken one at a time: client's total, median (max) | %s |\n", len(r.each), totalEach)
 	fmt.Fprintf(&b, "| %d woken at once: ebb's part, median (max) | %s |\n", len(r.together), ebbTog)
@@ -445,6 +453,7 @@ func printRatios(rs []result, ebb *install.Release) {
 		})
 	}
 	row("last apply → routed", func(r result) float64 { return r.converge.Routed.Seconds() })
+	row("last apply → KEDA Ready", func(r result) float64 { return r.kedaReady.Seconds() })
 	row("ebb's part, one at a time (median)", func(r result) float64 { e, _, _ := fleet.Summarize(r.each); return e.Median.Seconds() })
 	row("ebb's part, at once (median)", func(r result) float64 { e, _, _ := fleet.Summarize(r.together); return e.Median.Seconds() })
 	row("client's total, one at a time (median)", func(r result) float64 { _, t, _ := fleet.Summarize(r.each); return t.Median.Seconds() })
