@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -192,27 +191,17 @@ func (rt *Router) firstByte(a *app, t time.Time) {
 	m := cs.m.resolve()
 	a.lastMarks = m
 	a.endColdStart()
-	if a.phaseObs == nil {
-		a.phaseObs = rt.opts.Metrics.phaseObservers(a.key.Namespace, a.key.Name)
-	}
-	obs := a.phaseObs
+	obs := rt.opts.Metrics.phasesLocked(a)
 	a.mu.Unlock()
 	rec := ColdStartRecord{Namespace: a.key.Namespace, App: a.key.Name, Began: m[markHeld], Phases: m.phases(m[markHeld])}
 	for i, p := range rec.Phases {
-		obs[i].Observe(p.Seconds())
+		if obs != nil { // nil: the app's route is gone
+			obs[i].Observe(p.Seconds())
+		}
 	}
 	if rt.opts.OnColdStart != nil {
 		rt.opts.OnColdStart(rec)
 	}
-}
-
-// phaseObservers are a's series of the cold-start phase histogram.
-func (m *Metrics) phaseObservers(namespace, app string) *[nMarks - 1]prometheus.Observer {
-	out := new([nMarks - 1]prometheus.Observer)
-	for i, name := range PhaseNames {
-		out[i] = m.coldStartPhase.WithLabelValues(namespace, app, name)
-	}
-	return out
 }
 
 // traceHeld adds to span, the span of a request held from 'from' whose

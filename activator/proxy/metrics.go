@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -14,6 +16,19 @@ const (
 	metricRequests       = "ebb_activator_requests_total"
 	metricRoutes         = "ebb_activator_routes"
 )
+
+// coldStartBuckets are the bounds, in seconds, of the cold-start and
+// phase histograms: 10 (13 series a histogram with +Inf, _sum and
+// _count, as the request histogram of internal/reqmetrics). A phase that
+// is one event away (ScalerTold, PodCreated, the FirstByte of a fast app)
+// lands at or under 5 ms or 25 ms; those waiting on a controller or a
+// probe (Scaled, PodScheduled, SidecarReady) in 25 ms to 1 s; whole cold
+// starts and container starts take 1 to 15 s, where the bounds are
+// densest (1, 2.5, 5 s: the usual objectives are exact); 15 s and 60 s
+// tell a slow image pull or app start, and +Inf is over a minute (the
+// default cold-start timeout is 2 minutes). Neighbouring bounds are 2 to
+// 5 times apart.
+var coldStartBuckets = []float64{.005, .025, .1, .25, .5, 1, 2.5, 5, 15, 60}
 
 // Metrics are the activator's Prometheus metrics, registered on one registry.
 type Metrics struct {
@@ -33,8 +48,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricRequests, Help: "Requests by outcome: proxied (warm), released (held, then forwarded), not_found, rejected (queue full), timeout, canceled (client left while held), placeholder."}, []string{"outcome"})
 	m := &Metrics{
 		held:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricHeld, Help: "Requests held now, per app: what the scaler adds to the sidecars' in-flight."}, appLabels),
-		coldStart:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStart, Help: "From the first request held for an app at zero to the first ready pod, per app.", Buckets: []float64{.05, .1, .25, .5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300}}, appLabels),
-		coldStartPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStartPhase, Help: "Each phase of a cold start, per app: ScalerTold, Scaled, PodCreated, PodScheduled, ContainersStarted, SidecarReady, FirstByte (see status.lastColdStart of the AppRoute). They add up to the time from the first request held to the first response byte forwarded.", Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120}}, []string{"namespace", "app", "phase"}),
+		coldStart:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStart, Help: "From the first request held for an app at zero to the first ready pod, per app.", Buckets: coldStartBuckets}, appLabels),
+		coldStartPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStartPhase, Help: "Each phase of a cold start, per app: ScalerTold, Scaled, PodCreated, PodScheduled, ContainersStarted, SidecarReady, FirstByte (see status.lastColdStart of the AppRoute). They add up to the time from the first request held to the first response byte forwarded.", Buckets: coldStartBuckets}, []string{"namespace", "app", "phase"}),
 		timeouts:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricTimeouts, Help: "Held requests answered 504 after the cold-start timeout, per app."}, appLabels),
 		queueFull:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricQueueFull, Help: "Requests answered 503 because the app's hold queue or the global cap was full, per app."}, appLabels),
 		routes:         prometheus.NewGauge(prometheus.GaugeOpts{Name: metricRoutes, Help: "AppRoutes in the routing table this replica serves."}),
@@ -50,12 +65,121 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// forget drops an app's series once the app is gone from the routing table,
-// so deleted apps do not stay in /metrics forever.
-func (m *Metrics) forget(namespace, app string) {
-	m.held.DeleteLabelValues(namespace, app)
-	m.coldStart.DeleteLabelValues(namespace, app)
-	m.coldStartPhase.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "app": app})
-	m.timeouts.DeleteLabelValues(namespace, app)
-	m.queueFull.DeleteLabelValues(namespace, app)
+// appSeries are one app's series, each made on its first use: an app
+// never held exports none; one woken exports its held gauge, its
+// cold-start histogram and one per phase. Guarded by the app's mu.
+type appSeries struct {
+	held                prometheus.Gauge
+	coldStart           prometheus.Observer
+	phases              *[nMarks - 1]prometheus.Observer
+	timeouts, queueFull prometheus.Counter
+}
+
+// seriesLocked returns a's series, nil when a's route is gone: a series
+// made then would outlive the app in /metrics. Callers hold a.mu.
+func (a *app) seriesLocked() *appSeries {
+	if a.gone.Load() {
+		return nil
+	}
+	if a.series == nil {
+		a.series = &appSeries{}
+	}
+	return a.series
+}
+
+// setHeldLocked sets a's held gauge. Callers hold a.mu.
+func (m *Metrics) setHeldLocked(a *app) {
+	s := a.seriesLocked()
+	if s == nil {
+		return
+	}
+	if s.held == nil {
+		s.held = m.held.WithLabelValues(a.key.Namespace, a.key.Name)
+	}
+	s.held.Set(float64(a.held))
+}
+
+// observeColdStartLocked records a cold start of a that took d until its
+// first ready pod. Callers hold a.mu.
+func (m *Metrics) observeColdStartLocked(a *app, d time.Duration) {
+	s := a.seriesLocked()
+	if s == nil {
+		return
+	}
+	if s.coldStart == nil {
+		s.coldStart = m.coldStart.WithLabelValues(a.key.Namespace, a.key.Name)
+	}
+	s.coldStart.Observe(d.Seconds())
+}
+
+// phasesLocked returns a's series of the phase histogram, nil when its
+// route is gone. Callers hold a.mu.
+func (m *Metrics) phasesLocked(a *app) *[nMarks - 1]prometheus.Observer {
+	s := a.seriesLocked()
+	if s == nil {
+		return nil
+	}
+	if s.phases == nil {
+		s.phases = new([nMarks - 1]prometheus.Observer)
+		for i, name := range PhaseNames {
+			s.phases[i] = m.coldStartPhase.WithLabelValues(a.key.Namespace, a.key.Name, name)
+		}
+	}
+	return s.phases
+}
+
+// countTimeout counts a held request of a answered 504.
+func (m *Metrics) countTimeout(a *app) {
+	m.timedOut.Inc()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.seriesLocked(); s != nil {
+		if s.timeouts == nil {
+			s.timeouts = m.timeouts.WithLabelValues(a.key.Namespace, a.key.Name)
+		}
+		s.timeouts.Inc()
+	}
+}
+
+// countRejected counts a request to a answered 503 because a queue was
+// full.
+func (m *Metrics) countRejected(a *app) {
+	m.rejected.Inc()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.seriesLocked(); s != nil {
+		if s.queueFull == nil {
+			s.queueFull = m.queueFull.WithLabelValues(a.key.Namespace, a.key.Name)
+		}
+		s.queueFull.Inc()
+	}
+}
+
+// forgetLocked deletes the series of a, whose route is gone, so that
+// apps come and go without /metrics growing; a.gone is set, so none is
+// made again unless the route comes back. Callers hold a.mu.
+func (m *Metrics) forgetLocked(a *app) {
+	s := a.series
+	if s == nil {
+		return
+	}
+	a.series = nil
+	ns, name := a.key.Namespace, a.key.Name
+	if s.held != nil {
+		m.held.DeleteLabelValues(ns, name)
+	}
+	if s.coldStart != nil {
+		m.coldStart.DeleteLabelValues(ns, name)
+	}
+	if s.phases != nil {
+		for _, phase := range PhaseNames {
+			m.coldStartPhase.DeleteLabelValues(ns, name, phase)
+		}
+	}
+	if s.timeouts != nil {
+		m.timeouts.DeleteLabelValues(ns, name)
+	}
+	if s.queueFull != nil {
+		m.queueFull.DeleteLabelValues(ns, name)
+	}
 }

@@ -143,8 +143,7 @@ func (rt *Router) holdH1(cc *h1.Conn, a *app, again *parked) bool {
 	if again != nil {
 		start, deadline, timeout = again.start, again.deadline, again.timeout
 		if !deadline.After(now) {
-			rt.opts.Metrics.timedOut.Inc()
-			rt.opts.Metrics.timeouts.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+			rt.opts.Metrics.countTimeout(a)
 			return cc.Answer(http.StatusGatewayTimeout, "", timedOutMsg(a, now.Sub(start), timeout))
 		}
 	}
@@ -156,8 +155,7 @@ func (rt *Router) holdH1(cc *h1.Conn, a *app, again *parked) bool {
 		why = fmt.Sprintf("the activator holds its maximum of %d bytes of held requests", rt.opts.MaxHeldBytes)
 	}
 	if why != "" {
-		rt.opts.Metrics.rejected.Inc()
-		rt.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+		rt.opts.Metrics.countRejected(a)
 		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+rt.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
 	}
 	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, deadline, timeout, size) })
@@ -270,8 +268,7 @@ func (pk *parking) expire() {
 	m := pk.router.opts.Metrics
 	for _, p := range due {
 		pk.router.leave(p.a)
-		m.timedOut.Inc()
-		m.timeouts.WithLabelValues(p.a.key.Namespace, p.a.key.Name).Inc()
+		m.countTimeout(p.a)
 		pk.resume(p, timedOut, timedOutMsg(p.a, now.Sub(p.start), p.timeout))
 	}
 }

@@ -249,22 +249,10 @@ type app struct {
 	coldSince time.Time     // first hold of the current cold start
 	cs        *coldStart    // the cold start under way, until its first byte
 	lastMarks marks         // of the last cold start, resolved
-	// phaseObs and heldGauge are made with the app's first cold start
-	// and first hold: an app never held exports no series.
-	phaseObs  *[nMarks - 1]prometheus.Observer
+	series    *appSeries    // made on first use (metrics.go); nil before and once its route is gone
 	probing   bool
 	probed    map[string]bool // addresses a probe found ready
 	all       []Endpoint      // as last set
-	heldGauge prometheus.Gauge
-}
-
-// setHeldGaugeLocked sets the app's held gauge, making its series on the
-// first hold. Callers hold a.mu.
-func (a *app) setHeldGaugeLocked(m *Metrics) {
-	if a.heldGauge == nil {
-		a.heldGauge = m.held.WithLabelValues(a.key.Namespace, a.key.Name)
-	}
-	a.heldGauge.Set(float64(a.held))
 }
 
 type endpointSet struct {
@@ -312,11 +300,11 @@ func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cl
 		a.broadcast()
 		rt.releaseParked(a)
 		a.mu.Lock()
+		rt.opts.Metrics.forgetLocked(a)
 		idle := a.held == 0 && len(a.all) == 0
 		a.mu.Unlock()
 		if idle {
 			delete(rt.apps, k)
-			rt.opts.Metrics.forget(k.Namespace, k.Name)
 		}
 	}
 	for _, c := range t.Conflicts {
@@ -399,7 +387,7 @@ func (rt *Router) rebuildLocked(a *app) {
 	}
 	a.eps.Store(set)
 	if len(set.ready) > 0 && !a.coldSince.IsZero() {
-		rt.opts.Metrics.coldStart.WithLabelValues(a.key.Namespace, a.key.Name).Observe(time.Since(a.coldSince).Seconds())
+		rt.opts.Metrics.observeColdStartLocked(a, time.Since(a.coldSince))
 		a.coldSince = time.Time{}
 	}
 	if len(set.ready) > 0 && a.cs != nil {
@@ -531,7 +519,7 @@ func (rt *Router) admit(a *app, limit int, now time.Time) admission {
 	}
 	a.held++
 	rt.opts.Pusher.Set(a.push, a.held)
-	a.setHeldGaugeLocked(rt.opts.Metrics)
+	rt.opts.Metrics.setHeldLocked(a)
 	if a.coldSince.IsZero() {
 		a.coldSince = now
 		rt.beginColdStart(a, now)
@@ -552,7 +540,7 @@ func (rt *Router) leave(a *app) {
 		rt.holding.Add(-1)
 	}
 	rt.opts.Pusher.Set(a.push, a.held)
-	a.setHeldGaugeLocked(rt.opts.Metrics)
+	rt.opts.Metrics.setHeldLocked(a)
 	if a.held == 0 && len(a.eps.Load().ready) == 0 {
 		a.coldSince = time.Time{} // nobody waits any more: this cold start is over
 		a.endColdStart()
@@ -600,8 +588,7 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	// scaler) at this very time: the first request's wait is the cold start.
 	start := time.Now()
 	if why := rt.admitHeld(a, start); why != "" {
-		rt.opts.Metrics.rejected.Inc()
-		rt.opts.Metrics.queueFull.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+		rt.opts.Metrics.countRejected(a)
 		w.Header().Set("Retry-After", rt.retryAfter())
 		http.Error(w, "ebb-activator: "+why+"; retry later", http.StatusServiceUnavailable)
 		return
@@ -627,8 +614,7 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		case <-wake:
 		case <-timer.C:
 			rt.leave(a)
-			rt.opts.Metrics.timedOut.Inc()
-			rt.opts.Metrics.timeouts.WithLabelValues(a.key.Namespace, a.key.Name).Inc()
+			rt.opts.Metrics.countTimeout(a)
 			http.Error(w, fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)", a.key, time.Since(start).Round(time.Millisecond), timeout), http.StatusGatewayTimeout)
 			return
 		case <-r.Context().Done():
