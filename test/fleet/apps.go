@@ -202,15 +202,17 @@ func (f *Fleet) WaitAtZero(ctx context.Context, keep map[string]bool, timeout ti
 	var up []string
 	err := poll(ctx, 2*time.Second, timeout, "the fleet's apps at zero", func(ctx context.Context) (bool, error) {
 		up = up[:0]
+		ds, err := f.Client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: Label})
+		if err != nil {
+			return false, err
+		}
+		mine := map[string]bool{}
 		for _, ns := range f.Namespaces {
-			ds, err := f.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{LabelSelector: Label})
-			if err != nil {
-				return false, err
-			}
-			for _, d := range ds.Items {
-				if !keep[d.Namespace+"/"+d.Name] && (replicasOf(&d) > 0 || d.Status.Replicas > 0) {
-					up = append(up, d.Namespace+"/"+d.Name)
-				}
+			mine[ns] = true
+		}
+		for _, d := range ds.Items {
+			if mine[d.Namespace] && !keep[d.Namespace+"/"+d.Name] && (replicasOf(&d) > 0 || d.Status.Replicas > 0) {
+				up = append(up, d.Namespace+"/"+d.Name)
 			}
 		}
 		return len(up) == 0, nil

@@ -45,32 +45,32 @@ func (f *Fleet) Routes(ctx context.Context, apps []App) (RouteCounts, error) {
 	}
 	c := RouteCounts{Apps: len(apps)}
 	gvr := routingv1alpha1.GroupVersionResource(f.Release.Names.Group())
-	for _, ns := range f.Namespaces {
-		list, err := f.Dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return c, fmt.Errorf("list AppRoutes of %s: %w", ns, err)
+	// One list of every namespace's, not one per namespace: the fleet's
+	// own reads stay small beside what it measures.
+	list, err := f.Dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return c, fmt.Errorf("list AppRoutes: %w", err)
+	}
+	for _, u := range list.Items {
+		if !want[u.GetNamespace()+"/"+u.GetName()] {
+			continue
 		}
-		for _, u := range list.Items {
-			if !want[u.GetNamespace()+"/"+u.GetName()] {
-				continue
-			}
-			var r routingv1alpha1.AppRoute
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
-				return c, fmt.Errorf("AppRoute %s/%s: %w", u.GetNamespace(), u.GetName(), err)
-			}
-			c.Routes++
-			routed := true
-			for _, t := range Routed {
-				routed = routed && meta.IsStatusConditionTrue(r.Status.Conditions, t)
-			}
-			if routed {
-				c.Routed++
-			} else if c.NotRouted == "" {
-				c.NotRouted = fmt.Sprintf("%s/%s: %s", r.Namespace, r.Name, conditions(r.Status.Conditions))
-			}
-			if meta.IsStatusConditionTrue(r.Status.Conditions, routingv1alpha1.ConditionIdle) {
-				c.Idle++
-			}
+		var r routingv1alpha1.AppRoute
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
+			return c, fmt.Errorf("AppRoute %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		}
+		c.Routes++
+		routed := true
+		for _, t := range Routed {
+			routed = routed && meta.IsStatusConditionTrue(r.Status.Conditions, t)
+		}
+		if routed {
+			c.Routed++
+		} else if c.NotRouted == "" {
+			c.NotRouted = fmt.Sprintf("%s/%s: %s", r.Namespace, r.Name, conditions(r.Status.Conditions))
+		}
+		if meta.IsStatusConditionTrue(r.Status.Conditions, routingv1alpha1.ConditionIdle) {
+			c.Idle++
 		}
 	}
 	return c, nil
@@ -140,20 +140,18 @@ func (f *Fleet) WaitKEDAReady(ctx context.Context, apps []App, lastApply time.Ti
 	logged := time.Now()
 	err := poll(ctx, 2*time.Second, timeout, "KEDA Ready on every ScaledObject", func(ctx context.Context) (bool, error) {
 		ready = 0
-		for _, ns := range f.Namespaces {
-			list, err := f.Dyn.Resource(cluster.ScaledObjects).Namespace(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, fmt.Errorf("list ScaledObjects of %s: %w", ns, err)
+		list, err := f.Dyn.Resource(cluster.ScaledObjects).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, fmt.Errorf("list ScaledObjects: %w", err)
+		}
+		for _, u := range list.Items {
+			if !want[u.GetNamespace()+"/"+u.GetName()] {
+				continue
 			}
-			for _, u := range list.Items {
-				if !want[u.GetNamespace()+"/"+u.GetName()] {
-					continue
-				}
-				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-				for _, c := range conds {
-					if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
-						ready++
-					}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+					ready++
 				}
 			}
 		}
