@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metric names, documented in doc.go.
+// Metric names, documented in the metrics table of docs/operations.md.
 const (
 	metricHeld           = "ebb_activator_held_requests"
 	metricColdStart      = "ebb_activator_cold_start_duration_seconds"
