@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -259,23 +258,23 @@ func TestIdleWritesDrainForAFleet(t *testing.T) {
 	defer stop()
 
 	// KEDA: every app asked about, over and over, by 8 callers.
-	var slowest atomic.Int64
-	var asks atomic.Int64
+	var mu sync.Mutex
+	var took []time.Duration // how long each ask took
 	var g errgroup.Group
 	for w := range 8 {
 		g.Go(func() error {
 			for i := w; ctx.Err() == nil; i = (i + 8) % len(apps) {
-				took, err := ask(ctx, es, apps[i])
+				d, err := ask(ctx, es, apps[i])
 				if ctx.Err() != nil {
 					return nil
 				}
 				if err != nil {
 					return fmt.Errorf("ask about %s: %w", apps[i], err)
 				}
-				asks.Add(1)
+				mu.Lock()
+				took = append(took, d)
+				mu.Unlock()
 				time.Sleep(5 * time.Millisecond) // ~1,600 asks/s: KEDA asks 1,000 apps 2 × every 30 s
-				for d := int64(took); d > slowest.Load() && !slowest.CompareAndSwap(slowest.Load(), d); {
-				}
 			}
 			return nil
 		})
@@ -301,10 +300,10 @@ func TestIdleWritesDrainForAFleet(t *testing.T) {
 		return 0
 	}
 	const bound = 40 * time.Second
-	took := drain("True " + ReasonNoRequests)
-	t.Logf("1,000 Idle=True NoRequests written in %v", took.Round(time.Millisecond))
-	if took > bound {
-		t.Errorf("1,000 Idle conditions took %v to write, want under %v", took, bound)
+	drained := drain("True " + ReasonNoRequests)
+	t.Logf("1,000 Idle=True NoRequests written in %v", drained.Round(time.Millisecond))
+	if drained > bound {
+		t.Errorf("1,000 Idle conditions took %v to write, want under %v", drained, bound)
 	}
 
 	push, err := holdpush.NewClient(holdpush.ClientOptions{Activator: "ebb-system/activator-0", Log: logr.Discard()})
@@ -313,23 +312,32 @@ func TestIdleWritesDrainForAFleet(t *testing.T) {
 	}
 	defer push.Close()
 	push.SetAddresses([]string{s.GRPCAddr().String()})
-	slowest.Store(0)
+	mu.Lock()
+	took = took[:0]
+	mu.Unlock()
 	c.count()
 	for _, k := range apps {
 		push.Set(k, 1)
 	}
-	took = drain("False " + ReasonRequestsHeld)
+	drained = drain("False " + ReasonRequestsHeld)
 	writes := slices.DeleteFunc(c.stop(), func(r string) bool { return !strings.HasPrefix(r, http.MethodPatch) })
-	t.Logf("1,000 apps woke: Idle=False RequestsHeld written in %v with %d writes; %d asks answered, the slowest in %v",
-		took.Round(time.Millisecond), len(writes), asks.Load(), time.Duration(slowest.Load()).Round(time.Microsecond))
-	if took > bound {
-		t.Errorf("1,000 Idle conditions took %v to write, want under %v", took, bound)
+	mu.Lock()
+	slices.Sort(took)
+	p99, slowest := took[len(took)*99/100], took[len(took)-1]
+	t.Logf("1,000 apps woke: Idle=False RequestsHeld written in %v with %d writes; %d asks answered meanwhile, p99 %v, the slowest %v",
+		drained.Round(time.Millisecond), len(writes), len(took), p99, slowest)
+	mu.Unlock()
+	if drained > bound {
+		t.Errorf("1,000 Idle conditions took %v to write, want under %v", drained, bound)
 	}
 	if len(writes) > len(apps)+len(apps)/10 {
 		t.Errorf("%d writes for 1,000 transitions, want about 1,000", len(writes))
 	}
-	if d := time.Duration(slowest.Load()); d > time.Second {
-		t.Errorf("the slowest of KEDA's asks while the writes drained took %v, want under 1 s: asks must not wait on the API server", d)
+	// An ask that waited on the API server waited for the client's rate
+	// limiter, up to its 5 s timeout; the bounds leave room for a busy
+	// machine.
+	if p99 > 100*time.Millisecond || slowest > 2*time.Second {
+		t.Errorf("KEDA's asks while the writes drained: p99 %v, the slowest %v; want under 100 ms and 2 s: asks must not wait on the API server", p99, slowest)
 	}
 
 	// Counts churn (2 held, then 3): no write; nothing changes: no write.
