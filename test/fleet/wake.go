@@ -171,3 +171,21 @@ func (f *Fleet) appRoute(ctx context.Context, a App) (*routingv1alpha1.AppRoute,
 	}
 	return &r, nil
 }
+
+// Phase returns the stats of one phase of the wakes' cold starts (those
+// answered 200 with their cold start recorded): Scaled is KEDA's reaction
+// to the scaler's push within ebb's part.
+func Phase(wakes []Wake, name string) Stats {
+	var d []time.Duration
+	for _, w := range wakes {
+		if !w.OK() {
+			continue
+		}
+		for _, p := range w.ColdStart.Phases {
+			if p.Name == name {
+				d = append(d, p.Duration.Duration)
+			}
+		}
+	}
+	return stats(d)
+}
