@@ -100,7 +100,7 @@ bench: tools build ## Run the benchmark programs (figures for docs/performance.m
 
 .PHONY: bench-smoke
 bench-smoke: tools build images ## Each benchmark program in its smoke mode (-smoke: tiny sizes, seconds), so that none stops working unseen; make test runs it.
-	@for d in test/bench/*/; do echo ">> $$d -smoke"; s=$$SECONDS; $(GO) run ./$$d -smoke; echo "<< $$d -smoke passed in $$((SECONDS - s)) s"; done
+	@for d in test/bench/*/; do echo ">> $$d -smoke"; s=$$SECONDS; $(GO) run ./$$d -smoke || { echo "<< $$d -smoke failed"; exit 1; }; echo "<< $$d -smoke passed in $$((SECONDS - s)) s"; done
 
 .PHONY: bench-fleet
 bench-fleet: tools build images ## The fleet bench on the local cluster: 10, 100 and 1,000 apps at zero, a table each (FLEET_ARGS, e.g. -n 10,100,1000,10000 or -idle 1m for a try; about 55 min).
