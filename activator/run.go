@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ebb-dev/ebb/activator/control"
@@ -28,6 +27,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logroute"
+	"github.com/ebb-dev/ebb/internal/procmetrics"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
 	"github.com/ebb-dev/ebb/internal/tracing"
@@ -53,7 +53,7 @@ func Run(ctx context.Context, opts Options) error {
 	rc.QPS, rc.Burst = 50, 100
 	reg := prometheus.NewRegistry()
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: names.Suffix(), control.PoolMetricLabel: opts.Pool}, reg)
-	labelled.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	labelled.MustRegister(procmetrics.Collectors()...)
 
 	rp, err := newRequestPath(opts, rc, names, labelled, log)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logroute"
+	"github.com/ebb-dev/ebb/internal/procmetrics"
 )
 
 // Run runs the federation controller until ctx is done. It validates opts
@@ -52,6 +53,11 @@ func Run(ctx context.Context, opts Options) error {
 	memberSecrets, err := labels.NewRequirement(names.Key(MemberLabel), selection.Exists, nil)
 	if err != nil {
 		return fmt.Errorf("member Secret selector: %w", err)
+	}
+	// The manager serves controller-runtime's registry: the same process
+	// series as every binary, not all of runtime/metrics.
+	if err := procmetrics.ReplaceControllerRuntime(crmetrics.Registry); err != nil {
+		return err
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,

@@ -5,7 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ebb-dev/ebb/internal/procmetrics"
 )
 
 // Metric names; the per-app ones are computed at scrape time from the same
@@ -61,8 +62,8 @@ func newMetrics(reg prometheus.Registerer, s *Scaler) *metrics {
 		streams:          prometheus.NewGauge(prometheus.GaugeOpts{Name: metricStreams, Help: "Open StreamIsActive streams."}),
 		activatorDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: metricActivatorDropped, Help: "Activators whose held counts were dropped after their stream ended."}),
 	}
-	reg.MustRegister(m.tickSeconds, m.podsRead, m.readErrors, m.droppedPods, m.refused, m.slowPods, m.bypassedSeen, m.streams, m.activatorDropped,
-		appCollector{s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(m.tickSeconds, m.podsRead, m.readErrors, m.droppedPods, m.refused, m.slowPods, m.bypassedSeen, m.streams, m.activatorDropped, appCollector{s})
+	reg.MustRegister(procmetrics.Collectors()...)
 	return m
 }
 

@@ -4,16 +4,15 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ebb-dev/ebb/internal/procmetrics"
 	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/sidecarapi"
 )
@@ -133,14 +132,6 @@ func (a *appState) watch(ctx context.Context) {
 	}
 }
 
-// goRuntime is the Go runtime's share of an idle sidecar's series: 15 of
-// them, where the collector's default has 35 (its 25 go_memstats_* gauges,
-// which the process's resident memory and the live heap below answer for a
-// proxy this small). Kept: goroutines and threads (a leak of connections
-// shows there), the GC pause summary, the live heap, and the settings the
-// pod's limits should have set (GOGC, GOMEMLIMIT, GOMAXPROCS).
-var goRuntime = regexp.MustCompile(`^/memory/classes/heap/objects:bytes$`)
-
 // registry holds the sidecar's metrics; the counters are read from the
 // atomics at scrape time, so the hot path pays nothing for them.
 func (p *proxy) registry() *prometheus.Registry {
@@ -148,12 +139,8 @@ func (p *proxy) registry() *prometheus.Registry {
 	if reg == nil {
 		reg = p.reg
 	}
+	reg.MustRegister(procmetrics.Collectors()...)
 	reg.MustRegister(
-		collectors.NewGoCollector(
-			collectors.WithGoCollectorMemStatsMetricsDisabled(),
-			collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: goRuntime}),
-		),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ebb_sidecar_requests_in_flight",
 			Help: "Requests being served now; an open WebSocket counts until it closes.",

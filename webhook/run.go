@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -23,6 +24,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logroute"
+	"github.com/ebb-dev/ebb/internal/procmetrics"
 	"github.com/ebb-dev/ebb/webhook/selfsigned"
 )
 
@@ -53,6 +55,11 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 
+	// The manager serves controller-runtime's registry: the same process
+	// series as every binary, not all of runtime/metrics.
+	if err := procmetrics.ReplaceControllerRuntime(ctrlmetrics.Registry); err != nil {
+		return err
+	}
 	cacheOpts, err := cacheOptions(names)
 	if err != nil {
 		return fmt.Errorf("cache options: %w", err)
