@@ -88,17 +88,16 @@ type askedParams struct {
 const askedFresh = 2 * time.Minute
 
 // fresh returns the params of every app asked about within askedFresh of
-// now, and forgets the others.
+// now. The others stay: /apps and the metrics tell an app's idleness under
+// what its ScaledObject last asked.
 func (a *asked) fresh(now time.Time) []params {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]params, 0, len(a.m))
-	for k, ap := range a.m {
-		if now.Sub(ap.at) >= askedFresh {
-			delete(a.m, k)
-			continue
+	for _, ap := range a.m {
+		if now.Sub(ap.at) < askedFresh {
+			out = append(out, ap.p)
 		}
-		out = append(out, ap.p)
 	}
 	return out
 }
