@@ -19,7 +19,9 @@ import (
 // Service's ClusterIP.
 type Wake struct {
 	App App
-	// Total is what the client waited for its answer.
+	// Sent is when its request was sent, Total what the client waited for
+	// its answer.
+	Sent   time.Time
 	Total  time.Duration
 	Status int
 	Err    error
@@ -107,13 +109,13 @@ func (f *Fleet) WakeTogether(ctx context.Context, apps []App) []Wake {
 func (f *Fleet) get(ctx context.Context, a App) Wake {
 	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	r := install.Get(ctx, client, a.URL, a.Host)
-	return Wake{App: a, Total: r.Took, Status: r.Status, Err: r.Err}
+	return Wake{App: a, Sent: r.Sent, Total: r.Took, Status: r.Status, Err: r.Err}
 }
 
 // coldStart waits up to 15 s for the app's status.lastColdStart of a cold
 // start that began at most a second before the wake was sent.
 func (f *Fleet) coldStart(ctx context.Context, w *Wake) {
-	sent := time.Now().Add(-w.Total)
+	sent := w.Sent
 	_ = poll(ctx, 100*time.Millisecond, 15*time.Second, "status.lastColdStart", func(ctx context.Context) (bool, error) {
 		r, err := f.appRoute(ctx, w.App)
 		if err != nil || r.Status.LastColdStart == nil || r.Status.LastColdStart.Began.Time.Before(sent.Add(-time.Second)) {
