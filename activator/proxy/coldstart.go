@@ -191,14 +191,9 @@ func (rt *Router) firstByte(a *app, t time.Time) {
 	m := cs.m.resolve()
 	a.lastMarks = m
 	a.endColdStart()
-	obs := rt.opts.Metrics.phasesLocked(a)
 	a.mu.Unlock()
 	rec := ColdStartRecord{Namespace: a.key.Namespace, App: a.key.Name, Began: m[markHeld], Phases: m.phases(m[markHeld])}
-	for i, p := range rec.Phases {
-		if obs != nil { // nil: the app's route is gone
-			obs[i].Observe(p.Seconds())
-		}
-	}
+	rt.opts.Metrics.observePhases(&rec.Phases)
 	if rt.opts.OnColdStart != nil {
 		rt.opts.OnColdStart(rec)
 	}

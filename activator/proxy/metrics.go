@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,8 @@ type Metrics struct {
 	held           *prometheus.GaugeVec
 	coldStart      *prometheus.HistogramVec
 	coldStartPhase *prometheus.HistogramVec
+	phasesOnce     sync.Once
+	phases         [nMarks - 1]prometheus.Observer // made with the first cold start
 	timeouts       *prometheus.CounterVec
 	queueFull      *prometheus.CounterVec
 	routes         prometheus.Gauge
@@ -49,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		held:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricHeld, Help: "Requests held now, per app: what the scaler adds to the sidecars' in-flight."}, appLabels),
 		coldStart:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStart, Help: "From the first request held for an app at zero to the first ready pod, per app.", Buckets: coldStartBuckets}, appLabels),
-		coldStartPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStartPhase, Help: "Each phase of a cold start, per app: ScalerTold, Scaled, PodCreated, PodScheduled, ContainersStarted, SidecarReady, FirstByte (see status.lastColdStart of the AppRoute). They add up to the time from the first request held to the first response byte forwarded.", Buckets: coldStartBuckets}, []string{"namespace", "app", "phase"}),
+		coldStartPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStartPhase, Help: "Each phase of the cold starts of every app this activator held requests for: ScalerTold, Scaled, PodCreated, PodScheduled, ContainersStarted, SidecarReady, FirstByte. They add up to the time from the first request held to the first response byte forwarded. One app's phases: its AppRoute's status.lastColdStart and the traces.", Buckets: coldStartBuckets}, []string{"phase"}),
 		timeouts:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricTimeouts, Help: "Held requests answered 504 after the cold-start timeout, per app."}, appLabels),
 		queueFull:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricQueueFull, Help: "Requests answered 503 because the app's hold queue or the global cap was full, per app."}, appLabels),
 		routes:         prometheus.NewGauge(prometheus.GaugeOpts{Name: metricRoutes, Help: "AppRoutes in the routing table this replica serves."}),
@@ -66,12 +69,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // appSeries are one app's series, each made on its first use: an app
-// never held exports none; one woken exports its held gauge, its
-// cold-start histogram and one per phase. Guarded by the app's mu.
+// never held exports none; one woken exports its held gauge and its
+// cold-start histogram, 14 series. The phases are not per app: they would
+// be 91 more, for what the AppRoute's status.lastColdStart shows. Guarded
+// by the app's mu.
 type appSeries struct {
 	held                prometheus.Gauge
 	coldStart           prometheus.Observer
-	phases              *[nMarks - 1]prometheus.Observer
 	timeouts, queueFull prometheus.Counter
 }
 
@@ -112,20 +116,17 @@ func (m *Metrics) observeColdStartLocked(a *app, d time.Duration) {
 	s.coldStart.Observe(d.Seconds())
 }
 
-// phasesLocked returns a's series of the phase histogram, nil when its
-// route is gone. Callers hold a.mu.
-func (m *Metrics) phasesLocked(a *app) *[nMarks - 1]prometheus.Observer {
-	s := a.seriesLocked()
-	if s == nil {
-		return nil
-	}
-	if s.phases == nil {
-		s.phases = new([nMarks - 1]prometheus.Observer)
+// observePhases records the phases of a finished cold start in the
+// phase histogram, whose series are made with the first.
+func (m *Metrics) observePhases(phases *[nMarks - 1]time.Duration) {
+	m.phasesOnce.Do(func() {
 		for i, name := range PhaseNames {
-			s.phases[i] = m.coldStartPhase.WithLabelValues(a.key.Namespace, a.key.Name, name)
+			m.phases[i] = m.coldStartPhase.WithLabelValues(name)
 		}
+	})
+	for i, p := range phases {
+		m.phases[i].Observe(p.Seconds())
 	}
-	return s.phases
 }
 
 // countTimeout counts a held request of a answered 504.
@@ -170,11 +171,6 @@ func (m *Metrics) forgetLocked(a *app) {
 	}
 	if s.coldStart != nil {
 		m.coldStart.DeleteLabelValues(ns, name)
-	}
-	if s.phases != nil {
-		for _, phase := range PhaseNames {
-			m.coldStartPhase.DeleteLabelValues(ns, name, phase)
-		}
 	}
 	if s.timeouts != nil {
 		m.timeouts.DeleteLabelValues(ns, name)

@@ -2,13 +2,14 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ebb-dev/ebb/internal/procmetrics"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/routing"
 )
@@ -55,16 +56,17 @@ func series(t *testing.T, reg prometheus.Gatherer) (total int, perApp map[string
 // them (the control loops add one gauge).
 func activatorRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(procmetrics.Collectors()...)
 	reqmetrics.New(reg, reqmetrics.Activator)
 	return reg
 }
 
 // TestIdleFleetSeries: an activator routing 1,000 apps at zero exports no
 // series for any of them, and what it exports in all is bounded whatever
-// the size of the fleet. Each routed app had a held gauge and 7
-// cold-start phase histograms of 15 buckets from its route on: 127
-// series per app and replica, 127,000 here.
+// the size of the fleet: 32 (24 of the process, procmetrics'; 52 with
+// the Go collector's go_memstats_* gauges). Each routed app had a held
+// gauge and 7 cold-start phase histograms of 15 buckets from its route
+// on: 127 series per app and replica, 127,000 here.
 func TestIdleFleetSeries(t *testing.T) {
 	reg := activatorRegistry()
 	rt := NewRouter(RouterOptions{Metrics: NewMetrics(reg)})
@@ -75,7 +77,7 @@ func TestIdleFleetSeries(t *testing.T) {
 	if len(perApp) != 0 {
 		t.Errorf("%d apps never held export %d series, want none", len(perApp), sumValues(perApp))
 	}
-	const bound = 60
+	const bound = 40
 	if total > bound {
 		t.Errorf("%d series in all, want at most %d", total, bound)
 	}
@@ -91,16 +93,21 @@ func sumValues(m map[string]int) int {
 
 // wokenSeries is what an app exports once it has been woken: its held
 // gauge, and 13 series (10 buckets, +Inf, _sum, _count) for its
-// cold-start histogram and each of its 7 phase histograms.
-const wokenSeries = 1 + 13*(1+7)
+// cold-start histogram. It was 105, with its own 7 phase histograms.
+const wokenSeries = 1 + 13
+
+// phaseSeries is the phase histogram of every app together, once some app
+// has been woken: 13 series for each of the 7 phases.
+const phaseSeries = 13 * 7
 
 // TestWokenAppSeries: an app's series appear with its first hold and its
-// first cold start, only for it, and go when its AppRoute leaves the
-// routing table — idle, warm (its pods still listed), or holding a
-// request (parked in the engine, or in a handler for h2c) at the time —
-// and what follows does not make them again; a route that comes back
-// gets them again with its next cold start. A woken app's series stayed
-// when it left the table with pods or a request in a handler.
+// first cold start, only for it, 14 of them, and go when its AppRoute
+// leaves the routing table — idle, warm (its pods still listed), or
+// holding a request (parked in the engine, or in a handler for h2c) at
+// the time — and what follows does not make them again; a route that
+// comes back gets them again with its next cold start. A woken app's
+// series stayed when it left the table with pods or a request in a
+// handler.
 func TestWokenAppSeries(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -194,6 +201,7 @@ func h2cClient(t *testing.T) *http.Client {
 // which it leaves ready.
 func wake(t *testing.T, rt *Router, reg prometheus.Gatherer, url string) {
 	t.Helper()
+	before := phaseCount(t, reg)
 	done := make(chan int, 1)
 	go func() { code, _, _ := do(t, t.Context(), url, "hello.test"); done <- code }()
 	waitHeld(t, rt, 1)
@@ -204,13 +212,99 @@ func wake(t *testing.T, rt *Router, reg prometheus.Gatherer, url string) {
 	// The phases are observed once the first byte is forwarded, just
 	// before the client has it.
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, perApp := series(t, reg)
-		if perApp["shop/hello"] >= wokenSeries || time.Now().After(deadline) {
-			return
-		}
+	for phaseCount(t, reg) < before+1 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// phaseCount returns the cold starts the phase histogram of reg counts
+// (its FirstByte series' _count).
+func phaseCount(t *testing.T, reg prometheus.Gatherer) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metricColdStartPhase {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "phase" && l.GetValue() == "FirstByte" {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestPhaseSeriesFleetWide: the phase histogram is one for every app,
+// labelled by phase alone: its 91 series appear with the first cold
+// start, and neither a second app's cold start nor a route leaving the
+// table changes them; each cold start is counted once per phase. Each
+// app that had been woken exported 91 of its own.
+func TestPhaseSeriesFleetWide(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rt, url, _ := rigProtocols(t, RouterOptions{Metrics: NewMetrics(reg)}, AppConfig{}, false)
+	hello := routing.Route[AppConfig]{Key: shopHello, Hosts: []string{"hello.test"}}
+	others := fleetRoutes(10)
+	rt.SetRoutes(append([]routing.Route[AppConfig]{hello}, others...), nil)
+	if got := phaseSeriesLabels(t, reg); len(got) != 0 {
+		t.Fatalf("before any cold start: phase series %v, want none", got)
+	}
+
+	wake(t, rt, reg, url)
+	rt.SetEndpoints(shopHello, nil)
+	wake(t, rt, reg, url)
+	if got := phaseCount(t, reg); got != 2 {
+		t.Errorf("two cold starts: the phase histogram counts %d, want 2", got)
+	}
+	want := map[string]int{}
+	for _, p := range PhaseNames {
+		want["phase="+p] = phaseSeries / len(PhaseNames)
+	}
+	if d := cmp.Diff(want, phaseSeriesLabels(t, reg)); d != "" {
+		t.Errorf("phase series by labels (-want +got):\n%s", d)
+	}
+	_, perApp := series(t, reg)
+	if d := cmp.Diff(map[string]int{"shop/hello": wokenSeries}, perApp); d != "" {
+		t.Errorf("series by app after two cold starts (-want +got):\n%s", d)
+	}
+
+	rt.SetRoutes(others, nil)
+	rt.SetEndpoints(shopHello, nil)
+	if d := cmp.Diff(want, phaseSeriesLabels(t, reg)); d != "" {
+		t.Errorf("its route gone, phase series by labels (-want +got):\n%s", d)
+	}
+	if _, perApp := series(t, reg); len(perApp) != 0 {
+		t.Errorf("its route gone: %v, want no app's series", perApp)
+	}
+}
+
+// phaseSeriesLabels returns the series of the phase histogram in reg, by
+// their labels ("name=value,..."), as a scrape counts them.
+func phaseSeriesLabels(t *testing.T, reg prometheus.Gatherer) map[string]int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, mf := range mfs {
+		if mf.GetName() != metricColdStartPhase {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out[strings.Join(labels, ",")] += len(m.GetHistogram().GetBucket()) + 3
+		}
+	}
+	return out
 }
 
 // TestHoldingAllocatesNothing: once an app's series exist, a request
