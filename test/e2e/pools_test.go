@@ -100,15 +100,15 @@ func poolPods(t *testing.T, pool string) []corev1.Pod {
 }
 
 // coldStartsSeen returns, per pool, how many cold starts of a its ready
-// activator pods recorded (the FirstByte phase's count): the pods that
-// held a's requests.
+// activator pods recorded (the count of a's cold-start histogram): the
+// pods that held a's requests.
 func coldStartsSeen(t *testing.T, a *install.AppAtZero) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, pool := range []string{"default", "a", "b"} {
 		out[pool] = int(poolMetric(t, pool, func(line string) bool {
-			return strings.HasPrefix(line, "ebb_activator_cold_start_phase_seconds_count{") && strings.Contains(line, `app="`+a.Name+`"`) &&
-				strings.Contains(line, `namespace="`+a.Namespace+`"`) && strings.Contains(line, `phase="FirstByte"`)
+			return strings.HasPrefix(line, "ebb_activator_cold_start_duration_seconds_count{") && strings.Contains(line, `app="`+a.Name+`"`) &&
+				strings.Contains(line, `namespace="`+a.Namespace+`"`)
 		}))
 	}
 	return out
