@@ -100,9 +100,10 @@ func (f *Fleet) WakeTogether(ctx context.Context, apps []App) []Wake {
 	wg.Wait()
 	for i := range out {
 		if out[i].Err == nil {
-			f.coldStart(ctx, &out[i])
+			wg.Go(func() { f.coldStart(ctx, &out[i]) })
 		}
 	}
+	wg.Wait()
 	return out
 }
 
