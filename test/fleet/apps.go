@@ -196,8 +196,8 @@ func (f *Fleet) scaledObject(ns, name string, minReplicas int64) *unstructured.U
 }
 
 // WaitAtZero waits until every Deployment of the fleet in its namespaces
-// but those of keep has 0 replicas and no pod left, and says how many had
-// not when timeout ends.
+// but those of keep (namespace/name) has 0 replicas and no pod left, not
+// even a terminating one, and says how many had not when timeout ends.
 func (f *Fleet) WaitAtZero(ctx context.Context, keep map[string]bool, timeout time.Duration) error {
 	var up []string
 	err := poll(ctx, 2*time.Second, timeout, "the fleet's apps at zero", func(ctx context.Context) (bool, error) {
@@ -213,6 +213,17 @@ func (f *Fleet) WaitAtZero(ctx context.Context, keep map[string]bool, timeout ti
 		for _, d := range ds.Items {
 			if mine[d.Namespace] && !keep[d.Namespace+"/"+d.Name] && (replicasOf(&d) > 0 || d.Status.Replicas > 0) {
 				up = append(up, d.Namespace+"/"+d.Name)
+			}
+		}
+		// Terminating pods too: their end (the kubelet's final delete, the
+		// controllers' status writes) is not for an idle window.
+		pods, err := f.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: f.Release.Names.AppLabel()})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if mine[p.Namespace] && !keep[p.Namespace+"/"+p.Labels[f.Release.Names.AppLabel()]] {
+				up = append(up, "pod "+p.Namespace+"/"+p.Name)
 			}
 		}
 		return len(up) == 0, nil
