@@ -241,8 +241,8 @@ func pollEvery(ctx context.Context, interval, timeout time.Duration, what string
 	return nil
 }
 
-func measure(ctx context.Context, o options, c *cluster.Cluster, apps, warm *fleet.Fleet, warmApp, idleApp fleet.App, audit *fleet.Audit, traffic *trafficCounts, rng *rand.Rand, n int) (result, error) {
-	r := result{n: n}
+func measure(ctx context.Context, o options, c *cluster.Cluster, apps, warm *fleet.Fleet, warmApp, idleApp fleet.App, audit *fleet.Audit, traffic *trafficCounts, rng *rand.Rand, n int) (r result, err error) {
+	r = result{n: n}
 	add := n - len(apps.Apps)
 	say("N = %d: creating %d more apps at zero (Service, Deployment at 0, ScaledObject) over %d namespaces, %d at a time", n, add, len(apps.Namespaces), apps.Workers)
 	created := time.Now()
@@ -251,21 +251,39 @@ func measure(ctx context.Context, o options, c *cluster.Cluster, apps, warm *fle
 		return r, err
 	}
 	say("N = %d: %d apps applied in %s; waiting for every AppRoute", n, add, last.Sub(created).Round(time.Second))
+	// A size whose routes, KEDA or wakes do not settle is still measured:
+	// its table says what did not (a failed run would print nothing).
+	var notes []string
 	if r.converge, err = apps.WaitRouted(ctx, apps.Apps, last, o.converge, true); err != nil {
-		return r, err
+		if ctx.Err() != nil {
+			return r, err
+		}
+		notes = append(notes, err.Error())
 	}
-	say("N = %d: routed after %s, Idle after %s", n, r.converge.Routed.Round(time.Second), orNot(r.converge.Idle))
+	say("N = %d: routed after %s, Idle after %s", n, orNot(r.converge.Routed), orNot(r.converge.Idle))
 	// KEDA's own work on the new ScaledObjects (an HPA each) ends before
 	// the window too.
 	if r.kedaReady, err = apps.WaitKEDAReady(ctx, apps.Apps, last, o.converge); err != nil {
-		return r, err
+		if ctx.Err() != nil {
+			return r, err
+		}
+		notes = append(notes, err.Error())
 	}
-	say("N = %d: KEDA Ready on every ScaledObject %s after the last apply", n, r.kedaReady.Round(time.Second))
+	say("N = %d: KEDA Ready on every ScaledObject %s after the last apply", n, orNot(r.kedaReady))
 	// Apps woken at the size before go back to zero first: the window is
 	// for a fleet where nothing happens.
 	if err := apps.WaitAtZero(ctx, nil, 5*time.Minute); err != nil {
-		return r, err
+		if ctx.Err() != nil {
+			return r, err
+		}
+		notes = append(notes, err.Error())
 	}
+	defer func() {
+		if r.note != "" {
+			notes = append(notes, r.note)
+		}
+		r.note = strings.Join(notes, "; ")
+	}()
 	if err := audit.Advance(); err != nil {
 		return r, err
 	}
