@@ -28,12 +28,21 @@ var Routed = []string{
 // with every Routed condition True, and one whose Idle is True.
 type RouteCounts struct {
 	Apps, Routes, Routed, Idle int
+	// True counts the routes with each of Routed True.
+	True map[string]int
 	// NotRouted names one route that is not, with its conditions.
 	NotRouted string
 }
 
 func (c RouteCounts) String() string {
-	return fmt.Sprintf("%d of %d AppRoutes, %d routed (Ready, Admitted, Propagated, ScaledByKEDA True), %d Idle", c.Routes, c.Apps, c.Routed, c.Idle)
+	s := fmt.Sprintf("%d of %d AppRoutes, %d routed (", c.Routes, c.Apps, c.Routed)
+	for i, t := range Routed {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %d", t, c.True[t])
+	}
+	return s + fmt.Sprintf("), %d Idle", c.Idle)
 }
 
 // Routes lists the AppRoutes of the fleet's namespaces and counts those of
@@ -43,7 +52,7 @@ func (f *Fleet) Routes(ctx context.Context, apps []App) (RouteCounts, error) {
 	for _, a := range apps {
 		want[a.Namespace+"/"+a.Name] = true
 	}
-	c := RouteCounts{Apps: len(apps)}
+	c := RouteCounts{Apps: len(apps), True: map[string]int{}}
 	gvr := routingv1alpha1.GroupVersionResource(f.Release.Names.Group())
 	// One list of every namespace's, not one per namespace: the fleet's
 	// own reads stay small beside what it measures.
@@ -62,7 +71,11 @@ func (f *Fleet) Routes(ctx context.Context, apps []App) (RouteCounts, error) {
 		c.Routes++
 		routed := true
 		for _, t := range Routed {
-			routed = routed && meta.IsStatusConditionTrue(r.Status.Conditions, t)
+			if meta.IsStatusConditionTrue(r.Status.Conditions, t) {
+				c.True[t]++
+			} else {
+				routed = false
+			}
 		}
 		if routed {
 			c.Routed++
