@@ -10,6 +10,7 @@ import (
 	"time"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -38,9 +39,11 @@ const (
 // Options configure one activator replica. Fill them with ParseOptions.
 type Options struct {
 	GroupSuffix      string
-	Listen           string // data port: held and forwarded requests
-	AdminListen      string // /healthz, /readyz, /metrics, /routing
-	Kubeconfig       string // empty: in-cluster configuration
+	Listen           string  // data port: held and forwarded requests
+	AdminListen      string  // /healthz, /readyz, /metrics, /routing
+	Kubeconfig       string  // empty: in-cluster configuration
+	KubeAPIQPS       float64 // the activator's requests to the API server per second, all clients together
+	KubeAPIBurst     int     // ...and at once above that
 	QueueSize        int
 	MaxHeld          int
 	MaxHeldBytes     int
@@ -92,6 +95,8 @@ func DefaultOptions() Options {
 	host, _ := os.Hostname()
 	return Options{
 		GroupSuffix:       groupsuffix.Default,
+		KubeAPIQPS:        kubeclient.DefaultQPS,
+		KubeAPIBurst:      kubeclient.DefaultBurst,
 		Listen:            ":8080",
 		AdminListen:       ":8081",
 		QueueSize:         proxy.DefaultQueueSize,
@@ -142,6 +147,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.Listen, "listen", "address of the data port")
 	s.String(&o.AdminListen, "admin-listen", "address of /healthz, /readyz, /metrics and /routing")
 	s.Kubeconfig(&o.Kubeconfig)
+	s.KubeAPI(&o.KubeAPIQPS, &o.KubeAPIBurst)
 	s.Int(&o.QueueSize, "queue-size", "requests held per app unless its AppRoute says otherwise")
 	s.Int(&o.MaxHeld, "max-held", "requests held across every app")
 	s.Int(&o.MaxHeldBytes, "max-held-bytes", "bytes the held HTTP/1.x requests' heads may take across every app (past it: 503 with Retry-After)")
@@ -261,6 +267,6 @@ func (o Options) Validate() error {
 	if o.PodName == "" || o.PodNamespace == "" {
 		bad("POD_NAME and POD_NAMESPACE: both required (downward API)")
 	}
-	problems = append(problems, o.Tracing.Validate(), o.Log.Validate())
+	problems = append(problems, options.CheckKubeAPI(o.KubeAPIQPS, o.KubeAPIBurst), o.Tracing.Validate(), o.Log.Validate())
 	return errors.Join(problems...)
 }

@@ -50,7 +50,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	rc.UserAgent = "ebb-activator"
-	rc.QPS, rc.Burst = 50, 100
+	kubeclient.Limit(rc, opts.KubeAPIQPS, opts.KubeAPIBurst)
 	reg := prometheus.NewRegistry()
 	labelled := prometheus.WrapRegistererWith(prometheus.Labels{groupsuffix.MetricLabel: names.Suffix(), control.PoolMetricLabel: opts.Pool}, reg)
 	labelled.MustRegister(procmetrics.Collectors()...)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 )
@@ -29,7 +30,11 @@ type Options struct {
 	HealthAddr  string
 	LeaderElect bool
 	Kubeconfig  string
-	Log         logging.Options
+	// KubeAPIQPS and KubeAPIBurst limit the requests to this cluster's API
+	// server, all clients together.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	Log          logging.Options
 
 	// Set by programs that run the controller in-process (tests); not flags.
 	RestConfig *rest.Config
@@ -45,12 +50,14 @@ const (
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{
-		GroupSuffix: groupsuffix.Default,
-		Interval:    2 * time.Second,
-		ReadTimeout: 2 * time.Second,
-		MetricsAddr: ":8080",
-		HealthAddr:  ":8081",
-		Log:         logging.DefaultOptions(),
+		GroupSuffix:  groupsuffix.Default,
+		KubeAPIQPS:   kubeclient.DefaultQPS,
+		KubeAPIBurst: kubeclient.DefaultBurst,
+		Interval:     2 * time.Second,
+		ReadTimeout:  2 * time.Second,
+		MetricsAddr:  ":8080",
+		HealthAddr:   ":8081",
+		Log:          logging.DefaultOptions(),
 	}
 }
 
@@ -72,6 +79,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.HealthAddr, "health-probe-bind-address", "address of /healthz and /readyz (0: off)")
 	s.Bool(&o.LeaderElect, "leader-elect", "run the controller in one replica at a time")
 	s.Kubeconfig(&o.Kubeconfig)
+	s.KubeAPI(&o.KubeAPIQPS, &o.KubeAPIBurst)
 	o.Log.Bind(s)
 }
 
@@ -90,6 +98,9 @@ func (o Options) Validate() error {
 	}
 	if o.ReadTimeout <= 0 || o.ReadTimeout > MaxInterval {
 		bad("--read-timeout %s: want above 0, at most %s", o.ReadTimeout, MaxInterval)
+	}
+	if err := options.CheckKubeAPI(o.KubeAPIQPS, o.KubeAPIBurst); err != nil {
+		errs = append(errs, err)
 	}
 	if err := o.Log.Validate(); err != nil {
 		errs = append(errs, err)

@@ -41,6 +41,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	restCfg = rest.CopyConfig(restCfg)
+	kubeclient.Limit(restCfg, opts.KubeAPIQPS, opts.KubeAPIBurst)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("build scheme: %w", err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/tracing"
@@ -40,6 +41,10 @@ type Options struct {
 	// Kubeconfig is a kubeconfig path; empty means $KUBECONFIG, in-cluster,
 	// then ~/.kube/config (controller-runtime's rules).
 	Kubeconfig string
+	// KubeAPIQPS and KubeAPIBurst limit the webhook's requests to the API
+	// server, all its clients together.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 	// RESTConfig, when set (tests), is used instead of Kubeconfig.
 	RESTConfig *rest.Config
 
@@ -101,6 +106,8 @@ func DefaultOptions() Options {
 	}
 	return Options{
 		GroupSuffix:            groupsuffix.Default,
+		KubeAPIQPS:             kubeclient.DefaultQPS,
+		KubeAPIBurst:           kubeclient.DefaultBurst,
 		WebhookPort:            9443,
 		CertDir:                "/var/run/ebb/tls",
 		CertName:               "tls.crt",
@@ -139,6 +146,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 func (o *Options) Bind(s *options.Set) {
 	s.String(&o.GroupSuffix, "api-group-suffix", "API group suffix naming this instance")
 	s.Kubeconfig(&o.Kubeconfig)
+	s.KubeAPI(&o.KubeAPIQPS, &o.KubeAPIBurst)
 	s.String(&o.WebhookHost, "webhook-host", "address the admission server binds (empty: all)")
 	s.Int(&o.WebhookPort, "webhook-port", "port of the admission server")
 	s.String(&o.CertDir, "cert-dir", "directory of the serving certificate")
@@ -240,7 +248,7 @@ func (o *Options) Validate() error {
 	if err := o.SidecarTracing.Validate(); err != nil {
 		add("%s", strings.ReplaceAll(strings.ReplaceAll(err.Error(), "--otlp-endpoint", "--sidecar-otlp-endpoint"), "--trace-sampling", "--sidecar-trace-sampling"))
 	}
-	errs = append(errs, o.Log.Validate())
+	errs = append(errs, options.CheckKubeAPI(o.KubeAPIQPS, o.KubeAPIBurst), o.Log.Validate())
 	return errors.Join(errs...)
 }
 

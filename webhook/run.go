@@ -142,7 +142,12 @@ func restConfig(opts Options) (*rest.Config, error) {
 	if opts.RESTConfig != nil {
 		return rest.CopyConfig(opts.RESTConfig), nil
 	}
-	return kubeclient.Config(opts.Kubeconfig)
+	cfg, err := kubeclient.Config(opts.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	kubeclient.Limit(cfg, opts.KubeAPIQPS, opts.KubeAPIBurst)
+	return cfg, nil
 }
 
 func selfSignedOptions(names groupsuffix.Names, opts Options) selfsigned.Options {
