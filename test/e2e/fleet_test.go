@@ -16,12 +16,11 @@ import (
 const (
 	// fleetRequestBound is the API requests per second ebb may send while
 	// 200 apps sit at zero and nothing happens, leader elections included.
-	// Measured (2026-11-26, before the fleet fixes): 2.65/s, of which
-	// 1.9/s on Leases (the suite's release has three activator pools, each
-	// with a leader renewing its Lease every 2 s, and the webhook's
-	// election), 0.33/s the activators' readiness GETs of their own pods,
-	// 0.2/s the scalers' Idle writes still draining; what ebb watches comes
-	// on its watches. The bound does not grow with the apps.
+	// Measured (2026-11-26, commit e8857a8): 2.45/s, of which 1.92/s on
+	// Leases (the suite's release has three activator pools, each with a
+	// leader renewing its Lease every 2 s, and the webhook's election), and
+	// the activators' readiness GETs of their own pods; what ebb watches
+	// comes on its watches. The bound does not grow with the apps.
 	fleetRequestBound = 4.0
 	// fleetColdStartRatio bounds ebb's part of a cold start in the fleet
 	// against a lone app's, medians over fleetWakes and loneWakes.
