@@ -30,18 +30,19 @@ type Wake struct {
 	ColdStart *routingv1alpha1.ColdStart
 }
 
-// EbbPart is ebb's part of a cold start: its phases but the control
-// plane's and the kubelet's pod start (PodCreated, PodScheduled,
-// ContainersStarted), that is the activator's hold until the scaler is
-// told (ScalerTold), KEDA's scale on the scaler's push (Scaled), the
+// EbbPart is ebb's part of a cold start: the phases ebb's own programs
+// take — the activator's hold until the scaler is told (ScalerTold), the
 // sidecar's readiness check of the started app (SidecarReady) and the
-// forward to the first byte (FirstByte). Scaled includes KEDA's reaction:
-// ebb pushes, KEDA scales.
+// forward to the first byte (FirstByte). KEDA's scale on the scaler's push
+// (Scaled), the control plane's (PodCreated, PodScheduled) and the
+// kubelet's (ContainersStarted) are not: in a fleet, KEDA's operator is
+// the busy one (its client's requests per second bound how soon it scales),
+// and the tables show its Scaled phase on a row of its own.
 func EbbPart(cs *routingv1alpha1.ColdStart) time.Duration {
 	var d time.Duration
 	for _, p := range cs.Phases {
 		switch p.Name {
-		case "ScalerTold", "Scaled", "SidecarReady", "FirstByte":
+		case "ScalerTold", "SidecarReady", "FirstByte":
 			d += p.Duration.Duration
 		}
 	}
