@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -30,23 +32,38 @@ var scaledObjectKind = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alp
 
 // kedaCheckInterval is how often an instance whose API server had no
 // ScaledObject API when it started looks for it again: one discovery
-// request for the whole instance, whatever the number of apps. Once the
+// request for the whole replica, whatever the number of apps. Once the
 // API is there, ScaledObjects come from a watch.
 var kedaCheckInterval = time.Minute
 
 // keda is the controller's view of KEDA's ScaledObjects: a watch through
 // the manager's cache once the API exists (a watch on a missing API would
 // keep the controller from starting), until then the KEDANotInstalled
-// condition and a look for the API every kedaCheckInterval.
+// condition and a look for the API every kedaCheckInterval. The look runs
+// in every replica, elected or not, so a replica that wins the Lease
+// already knows whether KEDA is installed: its first reconciles do not
+// write KEDANotInstalled to every route, to write it back a minute later.
 type keda struct {
 	installed atomic.Bool
 	mapper    meta.RESTMapper
-	// watch starts the ScaledObject watch on the controller.
+	// watch starts the ScaledObject watch on the controller. Before the
+	// controller starts (a replica not elected), controller-runtime keeps
+	// the source and starts it with the controller.
 	watch func() error
-	// resync brings a reconcile of every route, when the API appears.
+	// elected is closed once this replica leads (the manager's Elected):
+	// the controller has started and reconciled its routes.
+	elected <-chan struct{}
+	// resync brings a reconcile of every route, when the API appears
+	// after the controller started.
 	resync chan event.GenericEvent
 	routes client.Reader
+	log    logr.Logger
 }
+
+var _ manager.LeaderElectionRunnable = (*keda)(nil)
+
+// NeedLeaderElection is false: every replica looks for KEDA's API (see keda).
+func (k *keda) NeedLeaderElection() bool { return false }
 
 // present asks the API server (its discovery, through the manager's
 // RESTMapper) whether the ScaledObject API is installed.
@@ -71,51 +88,64 @@ func (k *keda) start() error {
 	return nil
 }
 
-// Start (a manager runnable, in the elected replica) looks for KEDA's API
-// every kedaCheckInterval until it appears, then starts the watch and
-// reconciles every route, whose ScaledByKEDA said KEDANotInstalled.
+// Start (a manager runnable, in every replica) looks for KEDA's API at
+// once, then every kedaCheckInterval until it appears; then it starts the
+// watch and, if this replica leads (its controller has reconciled every
+// route, whose ScaledByKEDA said KEDANotInstalled), reconciles every
+// route. A replica not elected yet needs no such pass: its controller
+// reconciles every Deployment when it starts, KEDA's API known by then.
 func (k *keda) Start(ctx context.Context) error {
 	t := time.NewTicker(kedaCheckInterval)
 	defer t.Stop()
 	for {
+		ok, err := k.present()
+		if err != nil {
+			k.log.V(1).Info("cannot look for KEDA's ScaledObject API; looking again at the next interval", "error", err.Error())
+		}
+		if ok {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		ok, err := k.present()
-		if err != nil || !ok {
-			continue // the next look; an unreachable API server is no reason to stop
-		}
-		if err := k.start(); err != nil {
-			return err
-		}
-		var list routingv1alpha1.AppRouteList
-		if err := k.routes.List(ctx, &list); err != nil {
-			return fmt.Errorf("list AppRoutes: %w", err)
-		}
-		for i := range list.Items {
-			r := &list.Items[i]
-			if r.Spec.ScaleTargetRef.Name == "" {
-				continue
-			}
-			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}}
-			select {
-			case k.resync <- event.GenericEvent{Object: d}:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		return nil
 	}
+	if err := k.start(); err != nil {
+		return err
+	}
+	k.log.Info("KEDA's ScaledObject API is installed: watching ScaledObjects")
+	select {
+	case <-k.elected:
+	default:
+		return nil // installed is read by the controller's first reconciles
+	}
+	var list routingv1alpha1.AppRouteList
+	if err := k.routes.List(ctx, &list); err != nil {
+		return fmt.Errorf("list AppRoutes: %w", err)
+	}
+	for i := range list.Items {
+		r := &list.Items[i]
+		if r.Spec.ScaleTargetRef.Name == "" {
+			continue
+		}
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}}
+		select {
+		case k.resync <- event.GenericEvent{Object: d}:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
 }
 
 // watchScaledObjects sets r.keda up on ctl: the ScaledObject watch at
 // once if KEDA's API is installed, else the runnable that waits for it.
+// A discovery error counts as absent: the runnable looks again.
 func (r *routeReconciler) watchScaledObjects(mgr ctrl.Manager, ctl controller.Controller) error {
 	so := &unstructured.Unstructured{}
 	so.SetGroupVersionKind(scaledObjectKind)
-	r.keda.mapper, r.keda.routes = mgr.GetRESTMapper(), mgr.GetClient()
+	r.keda.mapper, r.keda.routes, r.keda.elected, r.keda.log = mgr.GetRESTMapper(), mgr.GetClient(), mgr.Elected(), r.log
 	// A change reconciles the routes of the apps its triggers name, before
 	// and after (EnqueueRequestsFromMapFunc maps both objects of an
 	// update). Only spec changes count: KEDA writes the status often.
@@ -123,13 +153,14 @@ func (r *routeReconciler) watchScaledObjects(mgr ctrl.Manager, ctl controller.Co
 		return ctl.Watch(source.Kind[client.Object](mgr.GetCache(), so, handler.EnqueueRequestsFromMapFunc(r.routesNamedBy), predicate.GenerationChangedPredicate{}))
 	}
 	ok, err := r.keda.present()
-	if err != nil {
-		return fmt.Errorf("look for KEDA's ScaledObject API: %w", err)
-	}
 	if ok {
 		return r.keda.start()
 	}
-	r.log.Info("KEDA's ScaledObject API is not installed; looking for it again every interval", "interval", kedaCheckInterval)
+	if err != nil {
+		r.log.Info("cannot look for KEDA's ScaledObject API; taking it as not installed and looking again every interval", "interval", kedaCheckInterval, "error", err.Error())
+	} else {
+		r.log.Info("KEDA's ScaledObject API is not installed; looking for it again every interval", "interval", kedaCheckInterval)
+	}
 	return mgr.Add(&r.keda)
 }
 
