@@ -139,12 +139,16 @@ func newRequestPath(opts Options, rc *rest.Config, names groupsuffix.Names, reg 
 	} else if opts.ScalerService == "" {
 		log.Info("no --scaler-addresses or --scaler-service: held counts reach no scaler, apps at zero are not woken by this activator")
 	}
-	watcher, err := control.ColdStartWatcher(rc, names, log.WithName("coldstart"))
+	// The cold-start watcher and recorder take token buckets of their own:
+	// a burst of cold starts' status writes (one each) holds neither the
+	// next cold start's watch nor the control loops' hand-off writes and
+	// Lease renewals.
+	watcher, err := control.ColdStartWatcher(kubeclient.Separate(rc), names, log.WithName("coldstart"))
 	if err != nil {
 		rp.push.Close()
 		return nil, err
 	}
-	record, err := control.ColdStartRecorder(rc, names, opts.PodNamespace+"/"+opts.PodName, log.WithName("coldstart"))
+	record, err := control.ColdStartRecorder(kubeclient.Separate(rc), names, opts.PodNamespace+"/"+opts.PodName, log.WithName("coldstart"))
 	if err != nil {
 		rp.push.Close()
 		return nil, err

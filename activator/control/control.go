@@ -27,6 +27,7 @@ import (
 	"github.com/ebb-dev/ebb/activator/proxy"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/routing"
 )
 
@@ -127,7 +128,11 @@ func New(rc *rest.Config, c Config, table Table, reg prometheus.Registerer, onSc
 		return nil, fmt.Errorf("routing-table controller: %w", err)
 	}
 	if c.LeaderElect {
-		l.lead = &leadership{kube: kube, cfg: c, log: log, src: src, changed: make(chan struct{}, 1)}
+		leaseKube, err := leaseClient(rc)
+		if err != nil {
+			return nil, err
+		}
+		l.lead = &leadership{kube: leaseKube, cfg: c, log: log, src: src, changed: make(chan struct{}, 1)}
 		if err := ctrl.NewControllerManagedBy(mgr).Named("activator-lease").For(&corev1.Pod{}).
 			WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).Complete(l.lead); err != nil {
 			return nil, fmt.Errorf("lease controller: %w", err)
@@ -191,6 +196,18 @@ func (l *Loops) Run(ctx context.Context, ready chan<- struct{}) error {
 		}
 		return fmt.Errorf("controller manager: %w", err)
 	}
+}
+
+// leaseClient is the pool Lease's client, with a token bucket of its own:
+// a burst of the other clients' writes (hand-off slices, Admitted and
+// Propagated, cold starts' status) never holds a renewal past its 10 s
+// deadline.
+func leaseClient(rc *rest.Config) (kubernetes.Interface, error) {
+	kube, err := kubernetes.NewForConfig(kubeclient.Separate(rc))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for the pool Lease: %w", err)
+	}
+	return kube, nil
 }
 
 // Synced reports whether the routing table is fresh: a full list of

@@ -47,7 +47,9 @@ const (
 
 // Limit makes every client built from cfg share one budget of qps requests
 // per second with bursts of burst: the binary's requests, not each
-// client's, are limited. qps ≤ 0 keeps client-go's default.
+// client's, are limited. qps ≤ 0 keeps client-go's default. A client that
+// must not wait behind the others' bursts (leader election: a renewal
+// that waits past its deadline loses the Lease) takes Separate(cfg).
 func Limit(cfg *rest.Config, qps float64, burst int) {
 	if qps <= 0 {
 		return
@@ -57,4 +59,19 @@ func Limit(cfg *rest.Config, qps float64, burst int) {
 	}
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+}
+
+// Separate is a copy of cfg whose clients share a token bucket of their
+// own, of cfg's size (QPS and Burst): their requests never wait for tokens
+// that a burst of cfg's clients took. Leader election takes one, so that
+// a burst of bulk writes (a fleet's status writes) cannot hold a Lease
+// renewal past its deadline. cfg without a QPS gets client-go's default
+// limits, one bucket per client.
+func Separate(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.RateLimiter = nil
+	if c.QPS > 0 {
+		c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, max(c.Burst, 1))
+	}
+	return c
 }

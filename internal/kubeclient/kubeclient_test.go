@@ -53,3 +53,29 @@ func TestLimit(t *testing.T) {
 		t.Errorf("Limit(0, 0) changed the config: %+v", untouched)
 	}
 }
+
+// TestSeparate: a Separate config's clients do not wait behind a drained
+// shared bucket (a Lease renewal behind a burst of status writes), and
+// keep the flags' figures.
+func TestSeparate(t *testing.T) {
+	cfg := &rest.Config{Host: "https://198.19.0.1:6443"}
+	Limit(cfg, 5, 3)
+	own := Separate(cfg)
+	if own.RateLimiter == nil || own.RateLimiter == cfg.RateLimiter || own.QPS != 5 || own.Burst != 3 || own.RateLimiter.QPS() != 5 {
+		t.Fatalf("Separate: QPS %v, Burst %d, limiter %p (shared %p); want 5, 3 and a limiter of its own", own.QPS, own.Burst, own.RateLimiter, cfg.RateLimiter)
+	}
+	for cfg.RateLimiter.TryAccept() { // a burst of bulk writes
+	}
+	lease, err := kubernetes.NewForConfig(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if !lease.CoordinationV1().RESTClient().GetRateLimiter().TryAccept() {
+			t.Fatalf("request %d of the separate client waits behind the drained shared bucket", i+1)
+		}
+	}
+	if Separate(&rest.Config{}).RateLimiter != nil {
+		t.Error("Separate of a config without limits made a limiter; want client-go's defaults")
+	}
+}
