@@ -75,6 +75,9 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElectionID:              names.ClusterScopedName("ebb-webhook"),
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		// The Lease's renewals take a token bucket of their own: a fleet's
+		// AppRoute applies never hold one past leaseRenewDeadline.
+		LeaderElectionConfig: kubeclient.Separate(restCfg),
 		// The elected replica renews its Lease every leaseRetry: the one
 		// write an idle instance makes. See leaseDuration.
 		LeaseDuration: ptr.To(leaseDuration),
@@ -130,11 +133,15 @@ func Run(ctx context.Context, opts Options) error {
 // its Lease every leaseRetry (4 writes a minute; controller-runtime's
 // default, 2 s, made 30), and a replica takes over leaseDuration after the
 // leader stopped renewing (at once when it stops cleanly: the Lease is
-// released). Admission does not wait on it: every replica serves the
-// webhook; only route updates wait for a new leader.
+// released). The leader stops leading when it could not renew for
+// leaseRenewDeadline; a last try started just before that ends within
+// leaseRetry, 5 s before another replica may take the Lease
+// (leaseRenewDeadline + leaseRetry < leaseDuration). Admission does not
+// wait on it: every replica serves the webhook; only route updates wait
+// for a new leader.
 const (
 	leaseDuration      = 60 * time.Second
-	leaseRenewDeadline = 45 * time.Second
+	leaseRenewDeadline = 40 * time.Second
 	leaseRetry         = 15 * time.Second
 )
 
