@@ -152,11 +152,8 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		// Another instance installed or removed may take the apps its
 		// labels also select, or leave them to this one.
 		Watches(&admissionregistrationv1.MutatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			if o.GetName() == ConfigurationName(names) {
-				return nil
-			}
 			return r.appsInNamespace(ctx, "")
-		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
+		}), builder.WithPredicates(otherInstances(names))).
 		// Every route, once KEDA's API appears (see keda).
 		WatchesRawSource(source.Channel(r.keda.resync, &handler.EnqueueRequestForObject{})).
 		Build(r)
@@ -164,6 +161,22 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	return r.watchScaledObjects(mgr, ctl)
+}
+
+// otherInstances lets through the creation and deletion of another ebb
+// instance's MutatingWebhookConfiguration (named as ConfigurationName
+// names them), not the others' in the cluster (cert-manager's, Istio's,
+// Helm hooks'): each one let through reconciles every app.
+func otherInstances(names groupsuffix.Names) predicate.Funcs {
+	own := ConfigurationName(names)
+	prefix := strings.TrimSuffix(own, names.Suffix())
+	other := func(o client.Object) bool { return strings.HasPrefix(o.GetName(), prefix) && o.GetName() != own }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return other(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return other(e.Object) },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(e event.GenericEvent) bool { return other(e.Object) },
+	}
 }
 
 // podInjectionChanged lets through the pod events that may change
