@@ -85,18 +85,27 @@ type askedParams struct {
 
 // askedFresh is how long a replica keeps writing an app's Idle condition
 // after KEDA last asked it about the app (KEDA asks every pollingInterval).
-const askedFresh = 2 * time.Minute
+// askedForget is when it forgets what KEDA asked: the app's ScaledObject
+// is gone, or KEDA asks another replica.
+const (
+	askedFresh  = 2 * time.Minute
+	askedForget = 10 * askedFresh
+)
 
 // fresh returns the params of every app asked about within askedFresh of
-// now. The others stay: /apps and the metrics tell an app's idleness under
-// what its ScaledObject last asked.
+// now. The others stay until askedForget: /apps and the metrics tell an
+// app's idleness under what its ScaledObject last asked, then under the
+// defaults; an app whose ScaledObject is gone costs nothing after that.
 func (a *asked) fresh(now time.Time) []params {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]params, 0, len(a.m))
-	for _, ap := range a.m {
-		if now.Sub(ap.at) < askedFresh {
+	for k, ap := range a.m {
+		switch age := now.Sub(ap.at); {
+		case age < askedFresh:
 			out = append(out, ap.p)
+		case age >= askedForget:
+			delete(a.m, k)
 		}
 	}
 	return out
@@ -198,12 +207,18 @@ func (w *idleStatus) run(ctx context.Context) {
 		if !w.s.ready.Load() {
 			continue
 		}
-		now := time.Now()
-		w.forgetOld(now)
-		for _, p := range w.s.asked.fresh(now) {
-			if w.due(p, now) != nil {
-				w.queue.Add(p.app)
-			}
+		w.enqueueDue(time.Now())
+	}
+}
+
+// enqueueDue queues every app asked about whose Idle condition is due,
+// but those whose last write failed: they wait in the queue's back-off
+// (retried, at the latest, 30 s apart), not for the next tick.
+func (w *idleStatus) enqueueDue(now time.Time) {
+	w.forgetOld(now)
+	for _, p := range w.s.asked.fresh(now) {
+		if w.queue.NumRequeues(p.app) == 0 && w.due(p, now) != nil {
+			w.queue.Add(p.app)
 		}
 	}
 }
