@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/ebb-dev/ebb/activator/proxy"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
@@ -30,27 +31,49 @@ type Wake struct {
 	ColdStart *routingv1alpha1.ColdStart
 }
 
-// EbbPart is ebb's part of a cold start: the phases ebb's own programs
-// take — the activator's hold until the scaler is told (ScalerTold), the
-// sidecar's readiness check of the started app (SidecarReady) and the
-// forward to the first byte (FirstByte). KEDA's scale on the scaler's push
-// (Scaled), the control plane's (PodCreated, PodScheduled) and the
-// kubelet's (ContainersStarted) are not: in a fleet, KEDA's operator is
-// the busy one (its client's requests per second bound how soon it scales),
-// and the tables show its Scaled phase on a row of its own.
+// EbbPhases are the phases of a cold start that are ebb's own, by the
+// activator's names (proxy.PhaseNames, one per mark in the order the marks
+// happen): the activator's hold until the scaler is told (the first), the
+// sidecar's readiness check of the started app and the forward to the
+// first byte (the last two). KEDA's scale on the scaler's push (Scaled),
+// the control plane's (PodCreated, PodScheduled) and the kubelet's
+// (ContainersStarted) are not: in a fleet, KEDA's operator is the busy one
+// (its client's requests per second bound how soon it scales), and the
+// tables show its Scaled phase on a row of its own.
+var EbbPhases = []string{
+	proxy.PhaseNames[0],                       // ScalerTold
+	proxy.PhaseNames[len(proxy.PhaseNames)-2], // SidecarReady
+	proxy.PhaseNames[len(proxy.PhaseNames)-1], // FirstByte
+}
+
+// EbbPart is ebb's part of a cold start: the sum of its EbbPhases.
 func EbbPart(cs *routingv1alpha1.ColdStart) time.Duration {
 	var d time.Duration
 	for _, p := range cs.Phases {
-		switch p.Name {
-		case "ScalerTold", "SidecarReady", "FirstByte":
+		if slices.Contains(EbbPhases, p.Name) {
 			d += p.Duration.Duration
 		}
 	}
 	return d
 }
 
-// OK says the wake was answered 200 and its cold start recorded.
-func (w Wake) OK() bool { return w.Err == nil && w.Status == http.StatusOK && w.ColdStart != nil }
+// MissingEbbPhases lists the EbbPhases a cold start does not have: with
+// any missing, EbbPart is not ebb's part.
+func MissingEbbPhases(cs *routingv1alpha1.ColdStart) []string {
+	var missing []string
+	for _, name := range EbbPhases {
+		if !slices.ContainsFunc(cs.Phases, func(p routingv1alpha1.ColdStartPhase) bool { return p.Name == name }) {
+			missing = append(missing, name)
+		}
+	}
+	return missing
+}
+
+// OK says the wake was answered 200 and its cold start recorded with
+// every one of EbbPhases.
+func (w Wake) OK() bool {
+	return w.Err == nil && w.Status == http.StatusOK && w.ColdStart != nil && len(MissingEbbPhases(w.ColdStart)) == 0
+}
 
 func (w Wake) String() string {
 	if w.Err != nil || w.Status != http.StatusOK {
@@ -59,7 +82,11 @@ func (w Wake) String() string {
 	if w.ColdStart == nil {
 		return fmt.Sprintf("%s/%s: 200 after %s, no status.lastColdStart", w.App.Namespace, w.App.Name, w.Total.Round(time.Millisecond))
 	}
-	s := fmt.Sprintf("%s/%s: 200 after %s, ebb's part %s:", w.App.Namespace, w.App.Name, w.Total.Round(time.Millisecond), EbbPart(w.ColdStart).Round(time.Millisecond))
+	part := "ebb's part " + EbbPart(w.ColdStart).Round(time.Millisecond).String()
+	if missing := MissingEbbPhases(w.ColdStart); len(missing) > 0 {
+		part = fmt.Sprintf("status.lastColdStart without ebb's phases %v", missing)
+	}
+	s := fmt.Sprintf("%s/%s: 200 after %s, %s:", w.App.Namespace, w.App.Name, w.Total.Round(time.Millisecond), part)
 	for _, p := range w.ColdStart.Phases {
 		s += fmt.Sprintf(" %s %s", p.Name, p.Duration.Duration.Round(time.Millisecond))
 	}
@@ -142,8 +169,8 @@ func (s Stats) String() string {
 }
 
 // Summarize returns the stats of ebb's part and of the total over the
-// wakes that were answered 200 with their cold start recorded, and how
-// many were not.
+// wakes that are OK (answered 200, their cold start recorded with ebb's
+// phases), and how many were not.
 func Summarize(wakes []Wake) (ebb, total Stats, failed int) {
 	var e, t []time.Duration
 	for _, w := range wakes {
@@ -177,7 +204,7 @@ func (f *Fleet) appRoute(ctx context.Context, a App) (*routingv1alpha1.AppRoute,
 }
 
 // Phase returns the stats of one phase of the wakes' cold starts (those
-// answered 200 with their cold start recorded): Scaled is KEDA's reaction
+// that are OK): Scaled is KEDA's reaction
 // to the scaler's push within ebb's part.
 func Phase(wakes []Wake, name string) Stats {
 	var d []time.Duration

@@ -158,7 +158,7 @@ func run(ctx context.Context, o options) (err error) {
 		results = append(results, r)
 		printResult(r, ebb, o)
 		if _, _, failed := fleet.Summarize(append(append([]fleet.Wake{}, r.each...), r.together...)); o.smoke && failed > 0 {
-			return fmt.Errorf("N = %d: %d wakes not answered 200 or without status.lastColdStart", n, failed)
+			return fmt.Errorf("N = %d: %d wakes not answered 200 or without ebb's phases in status.lastColdStart", n, failed)
 		}
 	}
 	if len(results) > 1 {
@@ -406,7 +406,7 @@ func printResult(r result, ebb *install.Release, o options) {
 	fmt.Fprintf(&b, "| %d woken at once: ebb's part, median (max) | %s |\n", len(r.together), ebbTog)
 	fmt.Fprintf(&b, "| %d woken at once: KEDA's Scaled phase (not in ebb's part), median (max) | %s |\n", len(r.together), fleet.Phase(r.together, "Scaled"))
 	fmt.Fprintf(&b, "| %d woken at once: client's total, median (max) | %s |\n", len(r.together), totalTog)
-	fmt.Fprintf(&b, "| wakes not answered 200 or without status.lastColdStart | %d |\n", failedEach+failedTog)
+	fmt.Fprintf(&b, "| wakes not answered 200 or without ebb's phases in status.lastColdStart | %d |\n", failedEach+failedTog)
 	fmt.Fprintf(&b, "| warm traffic in the window: answered 200 / not | %d / %d |\n", r.trafficOK, r.trafErr)
 	fmt.Fprintf(&b, "\nEvery API client in the window (audit log; a watch counts once, when it starts):\n\n| client | requests/s | writes/s | watches started | watches open | writes |\n|---|---|---|---|---|---|\n")
 	for _, cr := range fleet.Sorted(r.rates) {
