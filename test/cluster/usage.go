@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +24,8 @@ type Usage struct {
 
 // PodUsage reads a running pod's CPU time from its cgroup (cpuacct.usage of
 // pod<uid> under a kubelet's cgroup root: every container's and the
-// sandbox's) and the resident memory of its processes.
+// sandbox's) and the resident memory of its processes (one that exits
+// between the cgroup's list and its own status holds none: it is skipped).
 func PodUsage(pod *corev1.Pod) (Usage, error) {
 	var u Usage
 	var found bool
@@ -47,6 +51,9 @@ func PodUsage(pod *corev1.Pod) (Usage, error) {
 	}
 	for _, pid := range pids {
 		rss, err := vmRSS(pid)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue // exited since the cgroup listed it
+		}
 		if err != nil {
 			return u, err
 		}

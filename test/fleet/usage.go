@@ -3,6 +3,7 @@ package fleet
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ebb-dev/ebb/test/cluster"
@@ -32,6 +34,9 @@ type Sample struct {
 	Pods      map[string]cluster.Usage
 	Component map[string]string
 	Programs  map[string]cluster.Usage
+	// Notes name the pods listed that were gone (deleted, or no longer
+	// running) before their usage was read: they are not in Pods.
+	Notes []string
 }
 
 // Component returns the component of an ebb pod: its ServiceAccount's name
@@ -55,7 +60,8 @@ func (f *Fleet) EbbPods(ctx context.Context) ([]corev1.Pod, error) {
 	return out, nil
 }
 
-// SampleUsage reads the usage of ebb's pods and of Programs.
+// SampleUsage reads the usage of ebb's pods and of Programs. A pod that
+// went between the list and the read of its cgroup is left out, in Notes.
 func (f *Fleet) SampleUsage(ctx context.Context) (Sample, error) {
 	s := Sample{At: time.Now(), Pods: map[string]cluster.Usage{}, Component: map[string]string{}, Programs: map[string]cluster.Usage{}}
 	pods, err := f.EbbPods(ctx)
@@ -65,7 +71,15 @@ func (f *Fleet) SampleUsage(ctx context.Context) (Sample, error) {
 	for i := range pods {
 		u, err := cluster.PodUsage(&pods[i])
 		if err != nil {
-			return s, err
+			gone, gerr := f.podGone(ctx, &pods[i])
+			if gerr != nil {
+				return s, errors.Join(err, gerr)
+			}
+			if !gone {
+				return s, err
+			}
+			s.Notes = append(s.Notes, fmt.Sprintf("%s pod %s went while sampled (%v)", f.Component(&pods[i]), pods[i].Name, err))
+			continue
 		}
 		s.Pods[string(pods[i].UID)] = u
 		s.Component[string(pods[i].UID)] = f.Component(&pods[i])
@@ -78,6 +92,19 @@ func (f *Fleet) SampleUsage(ctx context.Context) (Sample, error) {
 		s.Programs[name] = u
 	}
 	return s, nil
+}
+
+// podGone says whether a pod listed running is no longer: deleted (or
+// replaced by one of the same name), being deleted, or not running.
+func (f *Fleet) podGone(ctx context.Context, p *corev1.Pod) (bool, error) {
+	now, err := f.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return now.UID != p.UID || now.DeletionTimestamp != nil || now.Status.Phase != corev1.PodRunning, nil
 }
 
 // Cost is what one component or program used between two samples.
@@ -94,11 +121,11 @@ type Cost struct {
 
 // Costs compares two samples: each ebb component (its pods that ran
 // through both; a pod that came or went is left out and named in the
-// returned note), then each program.
+// returned note, as are the samples' Notes), then each program.
 func Costs(a, b Sample) ([]Cost, string) {
 	secs := b.At.Sub(a.At).Seconds()
 	by := map[string]*Cost{}
-	var note []string
+	note := append(append([]string{}, a.Notes...), b.Notes...)
 	for uid, ub := range b.Pods {
 		comp := b.Component[uid]
 		ua, ok := a.Pods[uid]
