@@ -59,6 +59,8 @@ type Fleet struct {
 // New opts namespaces <prefix>-00 … in to the release's injection (Pod
 // Security "restricted" enforced, as the e2e suite's are) and returns the
 // fleet that fills them. Its client asks up to 200 requests/s (burst 400).
+// If a namespace fails, New returns the error with the fleet of the
+// namespaces it made or tried to (the failed one included): Delete it.
 func New(ctx context.Context, c *cluster.Cluster, r *install.Release, prefix string, namespaces int, logf func(string, ...any)) (*Fleet, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -76,10 +78,10 @@ func New(ctx context.Context, c *cluster.Cluster, r *install.Release, prefix str
 	f := &Fleet{C: c, Release: r, Client: client, Dyn: dyn, Logf: logf}
 	for i := range namespaces {
 		ns := fmt.Sprintf("%s-%02d", prefix, i)
-		if err := c.EnsureNamespace(ctx, ns, r.OptIn()); err != nil {
-			return nil, err
-		}
 		f.Namespaces = append(f.Namespaces, ns)
+		if err := c.EnsureNamespace(ctx, ns, r.OptIn()); err != nil {
+			return f, err
+		}
 	}
 	return f, nil
 }
@@ -241,22 +243,28 @@ func replicasOf(d *appsv1.Deployment) int32 {
 	return *d.Spec.Replicas
 }
 
-// Delete deletes the fleet's namespaces and waits, up to timeout, until
-// they are gone.
+// Delete deletes every namespace of the fleet, then waits, up to timeout,
+// until those it deleted are gone. A failed delete does not stop the
+// others: it returns every failure.
 func (f *Fleet) Delete(ctx context.Context, timeout time.Duration) error {
+	var errs []error
+	var deleted []string
 	for _, ns := range f.Namespaces {
 		if err := f.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete namespace %s: %w", ns, err)
+			errs = append(errs, fmt.Errorf("delete namespace %s: %w", ns, err))
+			continue
 		}
+		deleted = append(deleted, ns)
 	}
-	return poll(ctx, time.Second, timeout, "the fleet's namespaces gone", func(ctx context.Context) (bool, error) {
-		for _, ns := range f.Namespaces {
+	errs = append(errs, poll(ctx, time.Second, timeout, "the fleet's namespaces gone", func(ctx context.Context) (bool, error) {
+		for _, ns := range deleted {
 			if _, err := f.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
 		}
 		return true, nil
-	})
+	}))
+	return errors.Join(errs...)
 }
 
 // poll calls cond every interval until it returns true, an error, or

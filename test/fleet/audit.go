@@ -24,6 +24,8 @@ type Audit struct {
 	reqs    []request
 	clients []string
 	client  map[string]int
+	// last is the latest requestReceivedTimestamp of any event read.
+	last time.Time
 }
 
 type started struct {
@@ -119,7 +121,15 @@ func (a *Audit) Advance() error {
 	}
 }
 
+// Last is the latest time the API server received a request of any
+// event read so far, of any client and stage: a window ending after it
+// was not (yet) seen by the log.
+func (a *Audit) Last() time.Time { return a.last }
+
 func (a *Audit) add(e event) {
+	if e.RequestReceivedTimestamp.After(a.last) {
+		a.last = e.RequestReceivedTimestamp
+	}
 	name := Client(e.User.Username, e.UserAgent)
 	id, ok := a.client[name]
 	if !ok {
