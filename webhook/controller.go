@@ -232,19 +232,30 @@ func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string)
 
 // sharingHosts are the Deployments of the other AppRoutes, in any
 // namespace, that claim one of route's hosts or one of its Service's
-// cluster names: route's change may decide which of them serves it.
+// cluster names, or that name the same Service (whose cluster names they
+// claim too): route's change may decide which of them serves it.
 func (r *routeReconciler) sharingHosts(ctx context.Context, route *routingv1alpha1.AppRoute) []reconcile.Request {
 	names := slices.Clone(route.Spec.Hosts)
-	if svc := route.Spec.Service.Name; svc != "" {
+	svc := route.Spec.Service.Name
+	if svc != "" {
 		base := svc + "." + route.Namespace
 		names = append(names, base, base+".svc", base+".svc."+routing.ClusterDomain)
 	}
-	return r.routesClaiming(ctx, route, func(h string) bool { return slices.Contains(names, h) })
+	return r.routesMatching(ctx, route, func(o *routingv1alpha1.AppRoute) bool {
+		return slices.ContainsFunc(o.Spec.Hosts, func(h string) bool { return slices.Contains(names, h) }) ||
+			svc != "" && o.Namespace == route.Namespace && o.Spec.Service.Name == svc
+	})
 }
 
 // routesClaiming are the Deployments of the AppRoutes, but except's, with
 // a host for which claims is true.
 func (r *routeReconciler) routesClaiming(ctx context.Context, except *routingv1alpha1.AppRoute, claims func(host string) bool) []reconcile.Request {
+	return r.routesMatching(ctx, except, func(o *routingv1alpha1.AppRoute) bool { return slices.ContainsFunc(o.Spec.Hosts, claims) })
+}
+
+// routesMatching are the Deployments of the AppRoutes, but except's, that
+// match.
+func (r *routeReconciler) routesMatching(ctx context.Context, except *routingv1alpha1.AppRoute, match func(*routingv1alpha1.AppRoute) bool) []reconcile.Request {
 	var list routingv1alpha1.AppRouteList
 	if err := r.routes.client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		r.log.Error(err, "list AppRoutes")
@@ -256,7 +267,7 @@ func (r *routeReconciler) routesClaiming(ctx context.Context, except *routingv1a
 		if except != nil && o.Namespace == except.Namespace && o.Name == except.Name || o.Spec.ScaleTargetRef.Name == "" {
 			continue
 		}
-		if slices.ContainsFunc(o.Spec.Hosts, claims) {
+		if match(o) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Spec.ScaleTargetRef.Name}})
 		}
 	}
