@@ -2,7 +2,6 @@ package activator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -83,7 +82,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	draining := make(chan struct{})
-	srv, err := listen(opts, rp.router, adminHandler(reg, rp.router, loops, opts.PodName, draining))
+	srv, err := listen(opts, rp.router, adminHandler(reg, rp.routing, loops, draining))
 	if err != nil {
 		return err
 	}
@@ -116,6 +115,10 @@ type requestPath struct {
 	router *proxy.Router
 	push   *holdpush.Client
 	tp     *tracing.Provider
+
+	// routing is router as the control loops feed it, with the version of
+	// what it serves: GET control.RoutingPath.
+	routing *control.Routing
 }
 
 // newRequestPath builds the Router, the push of held counts to the
@@ -163,6 +166,7 @@ func newRequestPath(opts Options, rc *rest.Config, names groupsuffix.Names, reg 
 		ProbeInterval: opts.ProbeInterval, Pusher: rp.push, Metrics: proxy.NewMetrics(reg), Requests: requests,
 		Watcher: watcher, OnColdStart: record, Tracer: rp.tp.Tracer, Log: log.WithName("proxy"),
 	})
+	rp.routing = control.NewRouting(rp.router, opts.PodName)
 	return rp, nil
 }
 
@@ -186,7 +190,7 @@ func newControlLoops(opts Options, rc *rest.Config, names groupsuffix.Names, rp 
 		Names: names, PodName: opts.PodName, PodNamespace: opts.PodNamespace, ActivatorSelector: opts.ActivatorSelector,
 		Pool: opts.Pool, PoolsConfigMap: opts.PoolsConfigMap, HandoffPort: opts.HandoffPort, AdminPort: adminPort,
 		SidecarAdminPort: opts.SidecarAdminPort, Resync: opts.Resync, ScalerService: opts.ScalerService, LeaderElect: opts.LeaderElect,
-	}, rp.router, reg, onScalers, log)
+	}, rp.routing, reg, onScalers, log)
 }
 
 // servers are the data and admin ports, serving; errs receives the error
@@ -239,7 +243,7 @@ func serve(s *http.Server, ln net.Listener, what string) error {
 	return nil
 }
 
-func adminHandler(reg *prometheus.Registry, router *proxy.Router, loops *control.Loops, pod string, draining <-chan struct{}) http.Handler {
+func adminHandler(reg *prometheus.Registry, routing http.Handler, loops *control.Loops, draining <-chan struct{}) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -256,10 +260,7 @@ func adminHandler(reg *prometheus.Registry, router *proxy.Router, loops *control
 		}
 		w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET "+control.RoutingPath, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(control.Served{Pod: pod, Routes: router.Served()})
-	})
+	mux.Handle("GET "+control.RoutingPath, routing)
 	return mux
 }
 
