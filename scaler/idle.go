@@ -149,8 +149,9 @@ type idleStatus struct {
 	log    logr.Logger
 	queue  workqueue.TypedRateLimitingInterface[appKey]
 
-	mu    sync.Mutex
-	wrote map[appKey]wroteCond // applied by this replica, until the cache shows it
+	mu       sync.Mutex
+	wrote    map[appKey]wroteCond // applied by this replica, until the cache shows it
+	settling map[appKey]wroteCond // a busy app's other reason, and since when
 }
 
 // wroteCond is what a replica applied, by kind, and when.
@@ -183,7 +184,7 @@ const (
 )
 
 func newIdleStatus(s *Scaler, dyn dynamic.Interface, r *routes, names groupsuffix.Names, log logr.Logger) *idleStatus {
-	return &idleStatus{s: s, dyn: dyn, gvr: routingv1alpha1.GroupVersionResource(names.Group()), routes: r, log: log, wrote: map[appKey]wroteCond{},
+	return &idleStatus{s: s, dyn: dyn, gvr: routingv1alpha1.GroupVersionResource(names.Group()), routes: r, log: log, wrote: map[appKey]wroteCond{}, settling: map[appKey]wroteCond{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[appKey](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[appKey]{Name: "idle"})}
 }
@@ -243,10 +244,16 @@ func (w *idleStatus) due(p params, now time.Time) *metav1.Condition {
 	k := kindOf(cond)
 	if old := rt.idle; old != nil {
 		if kindOf(old) == k {
+			w.mu.Lock()
+			delete(w.settling, p.app)
+			w.mu.Unlock()
 			return nil
 		}
 		if old.Status == cond.Status {
 			cond.LastTransitionTime = old.LastTransitionTime
+		}
+		if !w.settled(p.app, kindOf(old), k, now) {
+			return nil
 		}
 	}
 	w.mu.Lock()
@@ -258,12 +265,46 @@ func (w *idleStatus) due(p params, now time.Time) *metav1.Condition {
 	return cond
 }
 
+// reasonSettle is how long a busy app's other reason must last before it
+// is written: an app under steady traffic has a request in flight at one
+// tick and none at the next, and its Idle condition would swing between
+// RequestsInFlight and RecentRequests, a write each (a fleet's warm apps
+// wrote about once every two minutes each).
+const reasonSettle = 30 * time.Second
+
+// settled reports whether the change of app's Idle condition from old to
+// k is to be written now: at once unless both say the app is busy
+// (RequestsInFlight, RecentRequests) alike but for the reason, and then
+// once k has lasted reasonSettle.
+func (w *idleStatus) settled(app appKey, old, k condKind, now time.Time) bool {
+	busy := func(c condKind) bool {
+		return c.status == metav1.ConditionFalse && (c.reason == ReasonRequestsInFlight || c.reason == ReasonRecentRequests)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !busy(old) || !busy(k) || old.withoutABreak != k.withoutABreak {
+		delete(w.settling, app)
+		return true
+	}
+	s, ok := w.settling[app]
+	if !ok || s.kind != k {
+		w.settling[app] = wroteCond{k, now}
+		return false
+	}
+	return now.Sub(s.at) >= reasonSettle
+}
+
 func (w *idleStatus) forgetOld(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for k, wr := range w.wrote {
 		if now.Sub(wr.at) >= wroteTrust {
 			delete(w.wrote, k)
+		}
+	}
+	for k, s := range w.settling {
+		if now.Sub(s.at) >= 10*reasonSettle {
+			delete(w.settling, k) // the app is no longer asked about
 		}
 	}
 }

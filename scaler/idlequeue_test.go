@@ -68,3 +68,46 @@ func TestAskedForgotten(t *testing.T) {
 		t.Error("an app asked about askedFresh ago is forgotten; /apps tells it under what it was asked with until askedForget")
 	}
 }
+
+// TestBusyReasonSettles: a busy app's Idle reason swinging between
+// RequestsInFlight and RecentRequests (steady traffic: a request in flight
+// at one tick, none at the next) is written only once the other reason has
+// lasted reasonSettle; any other change is written at once. The fleet
+// bench's 20 warm apps cost 93 writes in 10 minutes before.
+func TestBusyReasonSettles(t *testing.T) {
+	names := groupsuffix.MustNew(groupsuffix.Default)
+	app := appKey{Namespace: "shop", Name: "hello"}
+	w := newIdleStatus(&Scaler{reg: newRegistry()}, nil, newRoutes(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), names), names, logr.Discard())
+	defer w.queue.ShutDown()
+	inFlight := condKind{status: metav1.ConditionFalse, reason: ReasonRequestsInFlight}
+	recent := condKind{status: metav1.ConditionFalse, reason: ReasonRecentRequests}
+	long := condKind{status: metav1.ConditionFalse, reason: ReasonRequestsInFlight, withoutABreak: true}
+	idle := condKind{status: metav1.ConditionTrue, reason: ReasonNoRequests}
+	t0 := time.Now()
+	steps := []struct {
+		old, k condKind
+		at     time.Duration
+		want   bool
+	}{
+		{recent, inFlight, 0, false},
+		{recent, inFlight, 10 * time.Second, false},
+		{recent, recent, 0, false}, // back: nothing to write (due does not ask)
+		{recent, inFlight, 12 * time.Second, false},
+		{recent, inFlight, 12*time.Second + reasonSettle - time.Millisecond, false},
+		{recent, inFlight, 12*time.Second + reasonSettle, true},
+		{inFlight, long, 0, true}, // a long-lived request: at once
+		{idle, inFlight, 0, true}, // idle → busy: at once
+		{inFlight, idle, 0, true}, // busy → idle: at once
+	}
+	for i, s := range steps {
+		if s.old == s.k {
+			w.mu.Lock()
+			delete(w.settling, app) // what due does when the route already says k
+			w.mu.Unlock()
+			continue
+		}
+		if got := w.settled(app, s.old, s.k, t0.Add(s.at)); got != s.want {
+			t.Errorf("step %d: %s → %s at +%s: settled %v, want %v", i, s.old.reason, s.k.reason, s.at, got, s.want)
+		}
+	}
+}
