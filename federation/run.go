@@ -69,6 +69,9 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElectionID:              names.ClusterScopedName("ebb-federation"),
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		// Its own token bucket: a burst of member writes never holds a
+		// Lease renewal past its deadline.
+		LeaderElectionConfig: kubeclient.Separate(restCfg),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}, Label: labels.NewSelector().Add(*memberSecrets)},
 		}},

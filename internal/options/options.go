@@ -78,7 +78,7 @@ func (s *Set) Kubeconfig(p *string) {
 // (kubeclient.DefaultQPS, kubeclient.DefaultBurst). CheckKubeAPI validates
 // them.
 func (s *Set) KubeAPI(qps *float64, burst *int) {
-	s.Float64(qps, "kube-api-qps", "requests per second this binary may send the API server, shared by all its clients (a fleet's status writes drain at this rate)")
+	s.Float64(qps, "kube-api-qps", "requests per second this binary may send the API server, shared by its clients (a fleet's status writes drain at this rate); leader election, and the activator's cold-start watcher and recorder, each have a budget of their own of the same size, so a burst never delays a Lease renewal")
 	s.Int(burst, "kube-api-burst", "requests this binary may send the API server at once above --kube-api-qps")
 }
 
