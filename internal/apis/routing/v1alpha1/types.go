@@ -52,13 +52,15 @@ const (
 
 // AppRoute routes hosts to one app: the activator reads it to hold and
 // forward requests while the app is at zero, the scaler to find the app.
-// The webhook creates it from the pod template's annotations and keeps it in
-// sync with the Deployment that owns it.
+// The webhook creates it from the pod template's annotations and the
+// namespace's Ingresses and HTTPRoutes that name the app's Service, and
+// keeps it in sync with them and the Deployment that owns it.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=ar,categories=ebb
 // +kubebuilder:printcolumn:name="Hosts",type=string,JSONPath=`.spec.hosts`
+// +kubebuilder:printcolumn:name="Host paths",type=string,JSONPath=`.spec.hostPaths[*].host`,priority=1
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service.name`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scaleTargetRef.name`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
@@ -100,6 +102,24 @@ type AppRouteSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^/`
 	PathPrefixes []string `json:"pathPrefixes,omitempty"`
 
+	// HostPaths are hosts with path prefixes of their own, each claimed on
+	// its own (Hosts × PathPrefixes do not apply to them). The webhook
+	// writes them from the Ingresses (networking.k8s.io/v1) and HTTPRoutes
+	// (gateway.networking.k8s.io/v1) of the namespace whose backend is the
+	// app's Service on the Service port that carries its traffic: each
+	// rule's host or route's hostname with the rule's paths (Prefix,
+	// ImplementationSpecific, PathPrefix as written, without a trailing
+	// slash; Exact as a prefix; a RegularExpression match is skipped; a
+	// rule without a path match is every path). A rule with no host, a
+	// route with no hostnames and an Ingress's defaultBackend match every
+	// host and are never claimed (the AppRoute gets a Warning event
+	// HostsSkipped). A host may also be in Hosts: both claims stand.
+	// +optional
+	// +listType=map
+	// +listMapKey=host
+	// +kubebuilder:validation:MaxItems=64
+	HostPaths []HostPaths `json:"hostPaths,omitempty"`
+
 	// Service carries the app's traffic; its port must target the sidecar.
 	// +optional
 	Service ServiceReference `json:"service,omitzero"`
@@ -129,6 +149,22 @@ type AppRouteSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('15m')",message="coldStartTimeout: want above 0s and at most 15m"
 	ColdStartTimeout *metav1.Duration `json:"coldStartTimeout,omitempty"`
+}
+
+// HostPaths is one host of an AppRoute with its own path prefixes.
+type HostPaths struct {
+	// Host is an exact DNS name or a wildcard of one leading label, as in
+	// spec.hosts.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Host string `json:"host"`
+	// PathPrefixes restrict the host to requests whose path starts with one
+	// of them. Empty means every path.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Pattern=`^/`
+	PathPrefixes []string `json:"pathPrefixes,omitempty"`
 }
 
 // ServiceReference names a Service in the AppRoute's namespace and the port
@@ -188,10 +224,29 @@ type AppRouteStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	Pools []PoolStatus `json:"pools,omitempty"`
 
+	// HostSources says, for each host of spec.hosts and spec.hostPaths,
+	// where it came from. Written by the webhook.
+	// +optional
+	// +listType=map
+	// +listMapKey=host
+	// +kubebuilder:validation:MaxItems=128
+	HostSources []HostSource `json:"hostSources,omitempty"`
+
 	// LastColdStart is where the last cold start an activator saw through
 	// spent its time, phase by phase.
 	// +optional
 	LastColdStart *ColdStart `json:"lastColdStart,omitempty"`
+}
+
+// HostSource is where one host of an AppRoute came from.
+type HostSource struct {
+	// Host as in spec.hosts or spec.hostPaths.
+	Host string `json:"host"`
+	// From lists the sources, sorted: "annotation <suffix>/hosts" (the pod
+	// template's), "Ingress/<name>", "HTTPRoute/<name>" (in the AppRoute's
+	// namespace).
+	// +listType=atomic
+	From []string `json:"from"`
 }
 
 // PoolStatus is one activator pool's view of a route.
