@@ -24,8 +24,13 @@ type Route[V any] struct {
 	Created time.Time
 	// Hosts are exact names or "*."-wildcards, as in AppRouteSpec.Hosts.
 	Hosts []string
-	// PathPrefixes restrict the route; empty means every path.
+	// PathPrefixes restrict the route's Hosts; empty means every path.
 	PathPrefixes []string
+	// HostPaths are hosts with path prefixes of their own (AppRouteSpec's
+	// hostPaths), each claimed on its own by the same rules as Hosts. A
+	// host in both Hosts and HostPaths is claimed with both sets of
+	// prefixes.
+	HostPaths []HostPaths
 	// Service is the Service's name in Key.Namespace; its cluster DNS names
 	// route to the app too. Empty when the AppRoute names none.
 	Service string
@@ -35,8 +40,18 @@ type Route[V any] struct {
 	Value V
 }
 
+// HostPaths is a host with its own path prefixes; empty PathPrefixes mean
+// every path.
+type HostPaths struct {
+	Host         string
+	PathPrefixes []string
+}
+
 // ClusterDomain is the cluster DNS domain of Service names.
 const ClusterDomain = "cluster.local"
+
+// everyPath is the prefix of a claim without prefixes.
+var everyPath = []string{"/"}
 
 type prefixEntry[V any] struct {
 	prefix string
@@ -98,7 +113,8 @@ type Claims map[string]string
 // Build makes a table of routes. A namespace's own names go to that
 // namespace only, whatever another route claims or how old it is: first
 // every Service's cluster DNS names and ClusterIPs are claimed by the routes
-// that name the Service, then the routes' hosts, and a host is skipped
+// that name the Service, then the routes' hosts (Hosts with PathPrefixes,
+// and each of HostPaths with its own prefixes), and a host is skipped
 // (listed in Conflicts with its reason) when it is an IP literal or a
 // single label, lies in another namespace's part of the cluster domain, or
 // is bound by claims to another namespace. A host and prefix claimed by
@@ -137,12 +153,11 @@ func Build[V any](routes []Route[V], claims Claims) *Table[V] {
 			shortNames[r.Service]++
 		}
 	}
-	// claim gives host and the route's prefixes to r unless taken; service
-	// marks a Service's own name.
-	claim := func(r *Route[V], m map[string]*hostEntry[V], host string, service bool) {
-		prefixes := r.PathPrefixes
+	// claim gives host and prefixes (nil: every path) to r unless taken;
+	// service marks a Service's own name.
+	claim := func(r *Route[V], m map[string]*hostEntry[V], host string, prefixes []string, service bool) {
 		if len(prefixes) == 0 {
-			prefixes = []string{"/"}
+			prefixes = everyPath
 		}
 		e := m[host]
 		if e == nil {
@@ -168,10 +183,9 @@ func Build[V any](routes []Route[V], claims Claims) *Table[V] {
 			e.prefixes = append(e.prefixes, prefixEntry[V]{prefix: p, route: r})
 		}
 	}
-	refuse := func(r *Route[V], host, reason string) {
-		prefixes := r.PathPrefixes
+	refuse := func(r *Route[V], host string, prefixes []string, reason string) {
 		if len(prefixes) == 0 {
-			prefixes = []string{"/"}
+			prefixes = everyPath
 		}
 		for _, p := range prefixes {
 			t.Conflicts = append(t.Conflicts, Conflict{Host: host, Prefix: p, Loser: r.Key, Reason: reason})
@@ -182,34 +196,42 @@ func Build[V any](routes []Route[V], claims Claims) *Table[V] {
 		if r.Service != "" {
 			base := r.Service + "." + r.Key.Namespace
 			for _, h := range []string{base, base + ".svc", base + ".svc." + ClusterDomain} {
-				claim(r, t.exact, h, true)
+				claim(r, t.exact, h, r.PathPrefixes, true)
 			}
 			if shortNames[r.Service] == 1 {
-				claim(r, t.exact, r.Service, true)
+				claim(r, t.exact, r.Service, r.PathPrefixes, true)
 			}
 		}
 		for _, ip := range r.ClusterIPs {
 			if ip != "" && ip != "None" {
-				claim(r, t.exact, strings.Trim(strings.ToLower(ip), "[]"), true)
+				claim(r, t.exact, strings.Trim(strings.ToLower(ip), "[]"), r.PathPrefixes, true)
 			}
+		}
+	}
+	// Then every route's hosts, oldest route first; within a route its
+	// Hosts × PathPrefixes, then its HostPaths.
+	claimHost := func(r *Route[V], h string, prefixes []string) {
+		h = normalizeHost(h)
+		if h == "" {
+			return
+		}
+		name, wild := strings.CutPrefix(h, "*.")
+		if reason := t.refusal(name, wild, r.Key.Namespace); reason != "" {
+			refuse(r, h, prefixes, reason)
+			return
+		}
+		if wild {
+			claim(r, t.wildcard, name, prefixes, false)
+		} else {
+			claim(r, t.exact, name, prefixes, false)
 		}
 	}
 	for _, r := range rs {
 		for _, h := range r.Hosts {
-			h = normalizeHost(h)
-			if h == "" {
-				continue
-			}
-			name, wild := strings.CutPrefix(h, "*.")
-			if reason := t.refusal(name, wild, r.Key.Namespace); reason != "" {
-				refuse(r, h, reason)
-				continue
-			}
-			if wild {
-				claim(r, t.wildcard, name, false)
-			} else {
-				claim(r, t.exact, name, false)
-			}
+			claimHost(r, h, r.PathPrefixes)
+		}
+		for _, hp := range r.HostPaths {
+			claimHost(r, hp.Host, hp.PathPrefixes)
 		}
 	}
 	for _, m := range []map[string]*hostEntry[V]{t.exact, t.wildcard} {

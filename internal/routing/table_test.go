@@ -303,3 +303,141 @@ func TestClusterDomainNamespace(t *testing.T) {
 		}
 	}
 }
+
+// HostPaths claim each host with its own prefixes, beside the route's
+// Hosts × PathPrefixes: a host in both is claimed with both sets, and an
+// empty set means every path.
+func TestHostPathsPerHost(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	routes := []Route[string]{
+		{Key: Key{"shop", "web"}, Created: t0, Value: "web",
+			Hosts: []string{"shop.example.com"}, PathPrefixes: []string{"/shop"},
+			HostPaths: []HostPaths{
+				{Host: "shop.example.com", PathPrefixes: []string{"/api"}},
+				{Host: "Www.Example.com"},
+				{Host: "*.apps.example.com", PathPrefixes: []string{"/v1", "/v2"}},
+			}},
+		{Key: Key{"shop", "admin"}, Created: t0, Value: "admin",
+			HostPaths: []HostPaths{{Host: "shop.example.com", PathPrefixes: []string{"/admin"}}}},
+	}
+	tab := Build(routes, nil)
+	cases := []struct{ host, path, want string }{
+		{"shop.example.com", "/shop/cart", "web"},
+		{"shop.example.com", "/api/x", "web"},
+		{"shop.example.com", "/admin", "admin"},
+		{"shop.example.com", "/", ""}, // neither claim covers it
+		{"www.example.com", "/anything", "web"},
+		{"a.apps.example.com", "/v2/x", "web"},
+		{"a.apps.example.com", "/v3", ""},
+		// Hosts × PathPrefixes do not spread to HostPaths' hosts.
+		{"www.example.com", "/shop", "web"},
+		{"a.apps.example.com", "/shop", ""},
+	}
+	for _, c := range cases {
+		got := ""
+		if r, ok := tab.Lookup(c.host, c.path); ok {
+			got = r.Value
+		}
+		if got != c.want {
+			t.Errorf("Lookup(%q, %q) = %q, want %q", c.host, c.path, got, c.want)
+		}
+	}
+	if len(tab.Conflicts) != 0 {
+		t.Errorf("conflicts: %v", tab.Conflicts)
+	}
+}
+
+// A host one app lists in its annotation (Hosts) and another app's
+// Ingress names (HostPaths) is one claim against another: the older route
+// wins on the prefixes they share, whichever field each came from, and
+// the younger is told on each.
+func TestAnnotationHostAgainstIngressHost(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name       string
+		annotation time.Time // the route listing the host in Hosts
+		ingress    time.Time // the route with the host in HostPaths
+		want       string
+		loser      Key
+	}{
+		{"annotation older", t0, t0.Add(time.Second), "annotated", Key{"shop", "ingressed"}},
+		{"ingress older", t0.Add(time.Second), t0, "ingressed", Key{"shop", "annotated"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			routes := []Route[string]{
+				{Key: Key{"shop", "annotated"}, Created: tc.annotation, Value: "annotated", Hosts: []string{"shop.example.com"}},
+				{Key: Key{"shop", "ingressed"}, Created: tc.ingress, Value: "ingressed",
+					HostPaths: []HostPaths{{Host: "shop.example.com"}, {Host: "shop.example.com", PathPrefixes: []string{"/api"}}}},
+			}
+			tab := Build(routes, nil)
+			if r, ok := tab.Lookup("shop.example.com", "/"); !ok || r.Value != tc.want {
+				t.Errorf("Lookup(shop.example.com, /) = %v, %v; want %s", r, ok, tc.want)
+			}
+			// /api is claimed by the Ingress's app alone.
+			if r, ok := tab.Lookup("shop.example.com", "/api/x"); !ok || r.Value != "ingressed" {
+				t.Errorf("Lookup(shop.example.com, /api/x) = %v, %v; want ingressed", r, ok)
+			}
+			winner := Key{"shop", tc.want}
+			want := []Conflict{{Host: "shop.example.com", Prefix: "/", Winner: winner, Loser: tc.loser, Reason: ReasonOlderRoute}}
+			if d := cmp.Diff(want, tab.Conflicts); d != "" {
+				t.Errorf("conflicts (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// A host taken from an Ingress of namespace b goes through the tenancy
+// rules unchanged: a domain a DomainClaim binds to a, a's cluster domain
+// and Service names, and names that are not host names are refused,
+// however old b's route is.
+func TestIngressHostOfAnotherNamespaceRefused(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	routes := []Route[string]{
+		{Key: Key{"a", "web"}, Created: t0.Add(time.Hour), Value: "a", Service: "web",
+			Hosts: []string{"shop.example.com"}},
+		{Key: Key{"b", "squat"}, Created: t0, Value: "b", HostPaths: []HostPaths{
+			{Host: "shop.example.com", PathPrefixes: []string{"/api"}},
+			{Host: "x.shop.example.com"},
+			{Host: "*.shop.example.com"},
+			{Host: "web.a.svc.cluster.local"},
+			{Host: "api.a.svc", PathPrefixes: []string{"/x"}},
+			{Host: "web.a"},
+			{Host: "web"},
+			{Host: "b.example.com"},
+		}},
+	}
+	tab := Build(routes, Claims{"shop.example.com": "a"})
+	for _, c := range []struct{ host, path, want string }{
+		{"shop.example.com", "/api", "a"},
+		{"x.shop.example.com", "/", ""},
+		{"y.shop.example.com", "/", ""},
+		{"web.a.svc.cluster.local", "/", "a"},
+		{"api.a.svc", "/x", ""},
+		{"web.a", "/", "a"},
+		{"b.example.com", "/", "b"},
+	} {
+		got := ""
+		if r, ok := tab.Lookup(c.host, c.path); ok {
+			got = r.Value
+		}
+		if got != c.want {
+			t.Errorf("Lookup(%q, %q) = %q, want %q", c.host, c.path, got, c.want)
+		}
+	}
+	var got []string
+	for _, c := range tab.Conflicts {
+		got = append(got, c.Loser.String()+" "+c.Host+" "+c.Prefix+" "+c.Reason)
+	}
+	want := []string{
+		"b/squat shop.example.com /api " + ReasonDomainClaim,
+		"b/squat x.shop.example.com / " + ReasonDomainClaim,
+		"b/squat *.shop.example.com / " + ReasonDomainClaim,
+		"b/squat web.a.svc.cluster.local / " + ReasonClusterName,
+		"b/squat api.a.svc /x " + ReasonClusterName,
+		"b/squat web.a / " + ReasonServiceName,
+		"b/squat web / " + ReasonNotAHostName,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("conflicts (-want +got):\n%s", d)
+	}
+}
