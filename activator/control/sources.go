@@ -243,6 +243,18 @@ func routePorts(svc *corev1.Service, port int32) []corev1.ServicePort {
 	return out
 }
 
+// hostPaths converts an AppRoute's spec.hostPaths for the routing table.
+func hostPaths(in []routingv1alpha1.HostPaths) []routing.HostPaths {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]routing.HostPaths, len(in))
+	for i, hp := range in {
+		out[i] = routing.HostPaths{Host: hp.Host, PathPrefixes: hp.PathPrefixes}
+	}
+	return out
+}
+
 // isHandoff tells slices published by any activator instance: an activator
 // never forwards to an activator.
 func isHandoff(sl *discoveryv1.EndpointSlice) bool {
@@ -260,7 +272,7 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		key := routing.Key{Namespace: r.Namespace, Name: r.Name}
 		rt := routing.Route[proxy.AppConfig]{
 			Key: key, Generation: r.Generation, Created: r.CreationTimestamp.Time,
-			Hosts: r.Spec.Hosts, PathPrefixes: r.Spec.PathPrefixes, Service: r.Spec.Service.Name,
+			Hosts: r.Spec.Hosts, PathPrefixes: r.Spec.PathPrefixes, HostPaths: hostPaths(r.Spec.HostPaths), Service: r.Spec.Service.Name,
 			Value: proxy.AppConfig{QueueSize: int(r.Spec.QueueSize), Placeholder: r.Annotations[s.names.Key(PlaceholderAnnotation)] == "true"},
 		}
 		if r.Spec.ColdStartTimeout != nil {

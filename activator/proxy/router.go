@@ -287,7 +287,7 @@ func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cl
 		}
 		a.gone.Store(false)
 		keep[r.Key] = true
-		rs = append(rs, routing.Route[*app]{Key: r.Key, Generation: r.Generation, Created: r.Created, Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, Service: r.Service, ClusterIPs: r.ClusterIPs, Value: a})
+		rs = append(rs, routing.Route[*app]{Key: r.Key, Generation: r.Generation, Created: r.Created, Hosts: r.Hosts, PathPrefixes: r.PathPrefixes, HostPaths: r.HostPaths, Service: r.Service, ClusterIPs: r.ClusterIPs, Value: a})
 	}
 	t := routing.Build(rs, claims)
 	rt.table.Store(t)
