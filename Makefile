@@ -19,6 +19,9 @@ PROGRAMS   := $(addprefix $(BIN)/,$(COMMANDS)) $(BIN)/ebb-test-app
 KUBE_BINS  := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-proxy $(BIN)/kube-scheduler $(BIN)/kubelet
 NODE_BINS  := $(BIN)/containerd $(BIN)/containerd-shim-runc-v2
 KEDA_BINS  := $(BIN)/keda-operator $(BIN)/keda-adapter
+# The Gateway API CRDs the local cluster applies with Traefik (copied from
+# the module test/tools/traefik pins).
+GATEWAY_API_CRDS := $(BIN)/gateway-api-crds
 DEV_BINS   := $(BIN)/controller-gen $(BIN)/staticcheck $(BIN)/actionlint
 IMAGE_BINS := $(BIN)/ko
 # buf and the protoc-gen-go-grpc plugin from test/tools/proto; protoc-gen-go
@@ -125,7 +128,7 @@ manifests: $(BIN)/controller-gen ## Generate CRDs, RBAC and webhook manifests in
 ##@ Tools (cached in bin/)
 
 .PHONY: tools
-tools: debs $(KUBE_BINS) $(NODE_BINS) $(BIN)/coredns $(KEDA_BINS) $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(PROTO_BINS) $(BIN)/helm ## Install Debian packages and build the control plane, KEDA and dev tools.
+tools: debs $(KUBE_BINS) $(NODE_BINS) $(BIN)/coredns $(KEDA_BINS) $(BIN)/k8s/kube-apiserver $(BIN)/k8s/etcd $(DEV_BINS) $(PROTO_BINS) $(BIN)/helm $(BIN)/traefik $(GATEWAY_API_CRDS) ## Install Debian packages and build the control plane, KEDA, Traefik and dev tools.
 	@$(GO) mod download
 	@$(GO) mod download $(CRD_MODULES)
 
@@ -181,6 +184,30 @@ $(KEDA_BINS) &: test/tools/keda/go.mod test/tools/keda/go.sum $(KEDA_PATCH) | de
 	cd test/tools/keda && $(GO) build -modfile=$(BIN)/keda-build.mod -trimpath -ldflags='-s -w' -o $(BIN)/keda-operator github.com/kedacore/keda/v2/cmd/operator
 	cd test/tools/keda && $(GO) build -modfile=$(BIN)/keda-build.mod -trimpath -ldflags='-s -w' -o $(BIN)/keda-adapter github.com/kedacore/keda/v2/cmd/adapter
 	@touch $(KEDA_BINS)
+
+# Traefik v3, the local cluster's ingress controller (its Kubernetes Ingress
+# and Gateway API providers), is built inside its own module directory in the
+# module cache: its go.mod replaces modules, which a build from a tools module
+# would not apply. test/tools/traefik pins it and the Gateway API release it is
+# built against, and its go.sum verifies both downloads. The version is stamped
+# as Traefik's release builds do (traefik version, its start-up line).
+$(BIN)/traefik: test/tools/traefik/go.mod test/tools/traefik/go.sum
+	@mkdir -p $(BIN)
+	@echo ">> building traefik (github.com/traefik/traefik/v3; ~4 min cold, 7 CPU-minutes)"
+	cd test/tools/traefik && $(GO) mod download github.com/traefik/traefik/v3
+	cd $$(cd test/tools/traefik && $(GO) list -m -f '{{.Dir}}' github.com/traefik/traefik/v3) && \
+		$(GO) build -trimpath -ldflags="-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$$(cd $(ROOT)/test/tools/traefik && $(GO) list -m -f '{{.Version}}' github.com/traefik/traefik/v3)" \
+		-o $@ ./cmd/traefik
+	@touch $@
+
+# The Gateway API's standard-channel CRDs (GatewayClass, Gateway, HTTPRoute,
+# GRPCRoute, ReferenceGrant, BackendTLSPolicy), as their release ships them,
+# for the local cluster to apply with Traefik.
+$(GATEWAY_API_CRDS): test/tools/traefik/go.mod test/tools/traefik/go.sum
+	cd test/tools/traefik && $(GO) mod download sigs.k8s.io/gateway-api
+	rm -rf $@ && mkdir -p $@
+	cp $$(cd test/tools/traefik && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/standard/*.yaml $@/
+	chmod u+w $@/*.yaml && touch $@
 
 $(BIN)/k8s/kube-apiserver: $(BIN)/kube-apiserver
 	@mkdir -p $(BIN)/k8s && ln -sf ../kube-apiserver $@

@@ -59,6 +59,11 @@ type Options struct {
 	// (each sync reads its scale target and the external metrics); 2 s if
 	// 0, which keeps tests short. A real cluster's is 15 s.
 	HPASyncPeriod time.Duration
+	// Traefik runs Traefik v3 (bin/traefik) on the node as the cluster's
+	// ingress controller, with its Kubernetes Ingress and Gateway API
+	// providers, after the Gateway API CRDs (bin/gateway-api-crds); see
+	// traefik.go for what it is given.
+	Traefik bool
 }
 
 // Cluster is a running local cluster. Build it with Start; Stop it always.
@@ -85,6 +90,11 @@ type Cluster struct {
 	// AuditLogPath is the API server's audit log (Options.AuditLog), ""
 	// without one.
 	AuditLogPath string
+	// TraefikAddr is host:port of Traefik's web entrypoint (HTTP) on the
+	// node's bridge, and TraefikMetricsURL its Prometheus endpoint
+	// (Options.Traefik); "" without Traefik. TraefikGateway and
+	// TraefikIngressClass name what routes attach to.
+	TraefikAddr, TraefikMetricsURL string
 
 	ca       *authority
 	logf     func(string, ...any)
@@ -126,6 +136,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if opts.KEDAMetricsAdapter {
 		want = append(want, "keda-adapter")
+	}
+	if opts.Traefik {
+		want = append(want, "traefik", gatewayAPICRDs)
 	}
 	bins, err := binaries(binDir, want...)
 	if err != nil {
@@ -215,6 +228,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return c, err
 	}
 	logf("api server ready after %s", time.Since(c.started).Round(time.Millisecond))
+	var traefik <-chan traefikSetup
+	if opts.Traefik {
+		traefik = c.prepareTraefik(ctx)
+	}
 
 	if err := c.startControllerManager(bins["kube-controller-manager"], pki, opts.HPASyncPeriod); err != nil {
 		return c, err
@@ -244,6 +261,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if err := c.waitReady(ctx, kubeletHealth, proxyHealth, kedaHealth); err != nil {
 		return c, err
+	}
+	if opts.Traefik {
+		if err := c.startTraefik(ctx, bins["traefik"], traefik); err != nil {
+			return c, err
+		}
 	}
 	if opts.KEDAMetricsAdapter {
 		if err := c.startKEDAAdapter(ctx, bins["keda-adapter"]); err != nil {
@@ -583,7 +605,7 @@ func (c *Cluster) Stop() {
 	c.stopped = true
 	// The kubelet first, so that it restarts no container; then the pods'
 	// processes, which outlive containerd in their shims.
-	for _, name := range []string{"keda-adapter", "keda-operator", "kubelet"} {
+	for _, name := range []string{"traefik", "keda-adapter", "keda-operator", "kubelet"} {
 		if p := c.procs[name]; p != nil {
 			p.stop(5 * time.Second)
 		}
