@@ -27,7 +27,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true, AuditLog: true, Logf: logf}, func(ctx context.Context, c *cluster.Cluster) error {
+	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true, AuditLog: true, Traefik: true, Logf: logf}, func(ctx context.Context, c *cluster.Cluster) error {
 		lc = c
 		// EBB_E2E_SET adds --set values (space-separated), e.g. to try another
 		// image of a component: activator.image.tag=head.
