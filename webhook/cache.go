@@ -2,11 +2,14 @@ package webhook
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
@@ -18,7 +21,8 @@ import (
 // server filters them), each stripped to what PodsInjected reads; of every
 // object but AppRoutes no managed fields (the controller reads an
 // AppRoute's own, to drop the labels its last apply set: appliedLabels);
-// of KEDA's ScaledObjects only the spec fields ScaledByKEDA reads.
+// of KEDA's ScaledObjects only the spec fields ScaledByKEDA reads; of
+// Ingresses and HTTPRoutes only their hosts, paths and backends.
 func cacheOptions(names groupsuffix.Names) (cache.Options, error) {
 	app, err := labels.NewRequirement(names.AppLabel(), selection.Exists, nil)
 	if err != nil {
@@ -53,12 +57,18 @@ func podTransform(o any) (any, error) {
 }
 
 // stripTransform drops the managed fields of every cached object but
-// AppRoutes, and of KEDA's ScaledObjects all but the spec's scale target
-// and triggers (KEDA keeps much in their status).
+// AppRoutes, of KEDA's ScaledObjects all but the spec's scale target and
+// triggers (KEDA keeps much in their status), and of Ingresses and
+// HTTPRoutes all but what their hosts, paths and backends are
+// (ingressTransform, httpRouteTransform).
 func stripTransform(o any) (any, error) {
 	switch o := o.(type) {
 	case *routingv1alpha1.AppRoute:
 		return o, nil
+	case *networkingv1.Ingress:
+		return ingressTransform(o), nil
+	case *gatewayv1.HTTPRoute:
+		return httpRouteTransform(o), nil
 	case *unstructured.Unstructured:
 		o.SetManagedFields(nil)
 		if o.GroupVersionKind() == scaledObjectKind {
@@ -78,4 +88,59 @@ func stripTransform(o any) (any, error) {
 		return o, nil
 	}
 	return o, nil // a tombstone (cache.DeletedFinalStateUnknown)
+}
+
+// slimMeta keeps of an object's metadata what the cache and the
+// controller's predicates read: name, namespace, UID, resourceVersion,
+// generation and deletion timestamp.
+func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Generation: m.Generation, DeletionTimestamp: m.DeletionTimestamp}
+}
+
+// ingressTransform keeps of an Ingress what ingressClaims reads: its
+// rules' hosts, paths and Service backends, and its default backend's
+// Service. Labels, annotations (some controllers keep whole
+// configurations there), TLS and status go.
+func ingressTransform(ing *networkingv1.Ingress) *networkingv1.Ingress {
+	slim := &networkingv1.Ingress{ObjectMeta: slimMeta(&ing.ObjectMeta)}
+	backend := func(b *networkingv1.IngressBackend) networkingv1.IngressBackend {
+		return networkingv1.IngressBackend{Service: b.Service}
+	}
+	if b := ing.Spec.DefaultBackend; b != nil && b.Service != nil {
+		slim.Spec.DefaultBackend = &networkingv1.IngressBackend{Service: b.Service}
+	}
+	for _, rule := range ing.Spec.Rules {
+		r := networkingv1.IngressRule{Host: rule.Host}
+		if rule.HTTP != nil {
+			r.HTTP = &networkingv1.HTTPIngressRuleValue{}
+			for _, p := range rule.HTTP.Paths {
+				if p.Backend.Service != nil {
+					r.HTTP.Paths = append(r.HTTP.Paths, networkingv1.HTTPIngressPath{Path: p.Path, PathType: p.PathType, Backend: backend(&p.Backend)})
+				}
+			}
+		}
+		slim.Spec.Rules = append(slim.Spec.Rules, r)
+	}
+	return slim
+}
+
+// httpRouteTransform keeps of an HTTPRoute what httpRouteClaims reads: its
+// hostnames, each rule's path matches and backendRefs (without filters).
+// Parent references, filters, header and query matches, labels,
+// annotations and the status (one entry per Gateway) go.
+func httpRouteTransform(hr *gatewayv1.HTTPRoute) *gatewayv1.HTTPRoute {
+	slim := &gatewayv1.HTTPRoute{ObjectMeta: slimMeta(&hr.ObjectMeta)}
+	slim.Spec.Hostnames = hr.Spec.Hostnames
+	for _, rule := range hr.Spec.Rules {
+		var r gatewayv1.HTTPRouteRule
+		for _, m := range rule.Matches {
+			r.Matches = append(r.Matches, gatewayv1.HTTPRouteMatch{Path: m.Path})
+		}
+		for _, ref := range rule.BackendRefs {
+			r.BackendRefs = append(r.BackendRefs, gatewayv1.HTTPBackendRef{BackendRef: ref.BackendRef})
+		}
+		slim.Spec.Rules = append(slim.Spec.Rules, r)
+	}
+	return slim
 }

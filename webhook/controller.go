@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,8 +42,10 @@ import (
 // watches Deployments (their pod templates make the AppRoutes), Namespaces
 // (their labels opt apps in), Services and EndpointSlices (status), the
 // pods of this instance's apps (PodsInjected), MutatingWebhookConfigurations
-// (whether another instance is installed) and KEDA ScaledObjects
-// (ScaledByKEDA). The admission handler reads nothing.
+// (whether another instance is installed), KEDA ScaledObjects
+// (ScaledByKEDA), and Ingresses and the Gateway API's HTTPRoutes (the
+// hosts they route to an app's Service: spec.hostPaths), read only. The
+// admission handler reads nothing.
 //
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes/status,verbs=get;update;patch
@@ -51,6 +55,8 @@ import (
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
@@ -69,8 +75,9 @@ import (
 //
 // It reads only its caches while nothing changes: every input of a route
 // is watched (Deployments, Namespaces, AppRoutes, DomainClaims, Services,
-// EndpointSlices, the instance's app pods, MutatingWebhookConfigurations
-// and KEDA's ScaledObjects), and a route is applied or its status written
+// EndpointSlices, the instance's app pods, MutatingWebhookConfigurations,
+// KEDA's ScaledObjects, Ingresses and HTTPRoutes), and a route is applied
+// or its status written
 // only when what it would send differs from what the route has. Nothing
 // requeues a route on a timer.
 type routeReconciler struct {
@@ -78,6 +85,10 @@ type routeReconciler struct {
 	recorder events.EventRecorder
 	log      logr.Logger
 	keda     keda
+	// skipped is, per AppRoute, what its last HostsSkipped event said
+	// (types.NamespacedName → string): the event is sent when that
+	// changes, not at each reconcile.
+	skipped sync.Map
 }
 
 // appIndex indexes Deployments by the value of their pod template's
@@ -143,6 +154,16 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.routesInNamespace(func(route *routingv1alpha1.AppRoute, o client.Object) bool {
 			return route.Spec.Service.Name != "" && o.GetLabels()[discoveryv1.LabelServiceName] == route.Spec.Service.Name
 		}))).
+		// An Ingress's hosts go to the routes of the Services its backends
+		// name, before and after a change (the map sees both objects of an
+		// update); its status (the load balancer's address) changes nothing.
+		Watches(&networkingv1.Ingress{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			ing, ok := o.(*networkingv1.Ingress)
+			if !ok {
+				return nil
+			}
+			return r.routesOfServices(ctx, ing.Namespace, ingressServices(ing))
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Labelling a namespace routes its apps; unlabelling it, or
 		// labelling it for another instance called first, removes them.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -174,7 +195,10 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	return r.watchScaledObjects(mgr, ctl)
+	if err := r.watchScaledObjects(mgr, ctl); err != nil {
+		return err
+	}
+	return r.watchHTTPRoutes(ctx, mgr, ctl)
 }
 
 // otherInstances lets through the creation and deletion of another ebb
@@ -249,14 +273,14 @@ func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string)
 // cluster names, or that name the same Service (whose cluster names they
 // claim too): route's change may decide which of them serves it.
 func (r *routeReconciler) sharingHosts(ctx context.Context, route *routingv1alpha1.AppRoute) []reconcile.Request {
-	names := slices.Clone(route.Spec.Hosts)
+	names := routeHosts(route)
 	svc := route.Spec.Service.Name
 	if svc != "" {
 		base := svc + "." + route.Namespace
 		names = append(names, base, base+".svc", base+".svc."+routing.ClusterDomain)
 	}
 	return r.routesMatching(ctx, route, func(o *routingv1alpha1.AppRoute) bool {
-		return slices.ContainsFunc(o.Spec.Hosts, func(h string) bool { return slices.Contains(names, h) }) ||
+		return slices.ContainsFunc(routeHosts(o), func(h string) bool { return slices.Contains(names, h) }) ||
 			svc != "" && o.Namespace == route.Namespace && o.Spec.Service.Name == svc
 	})
 }
@@ -264,7 +288,16 @@ func (r *routeReconciler) sharingHosts(ctx context.Context, route *routingv1alph
 // routesClaiming are the Deployments of the AppRoutes, but except's, with
 // a host for which claims is true.
 func (r *routeReconciler) routesClaiming(ctx context.Context, except *routingv1alpha1.AppRoute, claims func(host string) bool) []reconcile.Request {
-	return r.routesMatching(ctx, except, func(o *routingv1alpha1.AppRoute) bool { return slices.ContainsFunc(o.Spec.Hosts, claims) })
+	return r.routesMatching(ctx, except, func(o *routingv1alpha1.AppRoute) bool { return slices.ContainsFunc(routeHosts(o), claims) })
+}
+
+// routeHosts are the hosts a route claims: spec.hosts and spec.hostPaths'.
+func routeHosts(route *routingv1alpha1.AppRoute) []string {
+	out := slices.Clip(route.Spec.Hosts)
+	for _, hp := range route.Spec.HostPaths {
+		out = append(out, hp.Host)
+	}
+	return out
 }
 
 // routesMatching are the Deployments of the AppRoutes, but except's, that
@@ -303,7 +336,7 @@ func underDomain(domain string) func(string) bool {
 func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1.AppRoute) (metav1.Condition, error) {
 	cond := metav1.Condition{Type: routingv1alpha1.ConditionConflicted, ObservedGeneration: route.Generation,
 		Status: metav1.ConditionFalse, Reason: "NoConflict", Message: "this route serves every host and path it claims"}
-	if len(route.Spec.Hosts) == 0 {
+	if len(route.Spec.Hosts) == 0 && len(route.Spec.HostPaths) == 0 {
 		return cond, nil
 	}
 	var list routingv1alpha1.AppRouteList
@@ -319,9 +352,10 @@ func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1
 		// A Service's cluster names count; its ClusterIPs need not: no
 		// host may be an IP literal.
 		rs[i] = routing.Route[struct{}]{Key: routing.Key{Namespace: o.Namespace, Name: o.Name}, Created: o.CreationTimestamp.Time,
-			Hosts: o.Spec.Hosts, PathPrefixes: o.Spec.PathPrefixes, Service: o.Spec.Service.Name}
+			Hosts: o.Spec.Hosts, PathPrefixes: o.Spec.PathPrefixes, HostPaths: hostPaths(o.Spec.HostPaths), Service: o.Spec.Service.Name}
 	}
 	me := routing.Key{Namespace: route.Namespace, Name: route.Name}
+	hosts := routeHosts(route)
 	var lost []string
 	reason := ""
 	for _, c := range routing.Build(rs, claims).Conflicts {
@@ -329,7 +363,7 @@ func (r *routeReconciler) conflicted(ctx context.Context, route *routingv1alpha1
 			continue
 		}
 		host := c.Host // a wildcard's is its suffix
-		if !slices.Contains(route.Spec.Hosts, host) && slices.Contains(route.Spec.Hosts, "*."+host) {
+		if !slices.Contains(hosts, host) && slices.Contains(hosts, "*."+host) {
 			host = "*." + host
 		}
 		what := fmt.Sprintf("host %s (%s)", host, c.Reason) // refused whatever the path
@@ -551,7 +585,7 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if unknown := inject.UnknownKeys(&d.Spec.Template.ObjectMeta, names); len(unknown) > 0 {
 		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "UnknownKeys", "SyncAppRoute", "%s", strings.Join(unknown, "; "))
 	}
-	want, appCfg, svc, err := r.routes.desired(ctx, &d)
+	want, appCfg, svc, report, err := r.routes.desired(ctx, &d)
 	var refusal *inject.RefusalError
 	if errors.As(err, &refusal) {
 		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "InvalidAnnotations", "SyncAppRoute", "%s", refusal.Error())
@@ -584,11 +618,48 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// Not in the cache yet: the watch on AppRoutes brings us back.
 		return done, client.IgnoreNotFound(err)
 	}
+	r.reportSkipped(&current, report.skipped)
 	st, err := r.status(ctx, &current, &d, appCfg, svc)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	st.HostSources = report.sources
 	return done, r.applyStatus(ctx, &current, st)
+}
+
+// maxEventNote is the most an event's note holds (events.k8s.io/v1: 1 kB).
+const maxEventNote = 1024
+
+// reportSkipped sends a Warning event HostsSkipped on route saying what of
+// its Ingresses and HTTPRoutes was not taken, when that changed since the
+// last event this replica sent for it.
+func (r *routeReconciler) reportSkipped(route *routingv1alpha1.AppRoute, skipped []string) {
+	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
+	note := strings.Join(skipped, "; ")
+	if len(note) > maxEventNote {
+		const more = " … (more in the Ingresses and HTTPRoutes of the namespace)"
+		note = strings.ToValidUTF8(note[:maxEventNote-len(more)], "") + more
+	}
+	if note == "" {
+		r.skipped.Delete(key)
+		return
+	}
+	if last, ok := r.skipped.Swap(key, note); ok && last == note {
+		return
+	}
+	r.recorder.Eventf(route, nil, corev1.EventTypeWarning, "HostsSkipped", "SyncAppRoute", "%s", note)
+}
+
+// hostPaths converts an AppRoute's spec.hostPaths for the routing table.
+func hostPaths(in []routingv1alpha1.HostPaths) []routing.HostPaths {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]routing.HostPaths, len(in))
+	for i, hp := range in {
+		out[i] = routing.HostPaths{Host: hp.Host, PathPrefixes: hp.PathPrefixes}
+	}
+	return out
 }
 
 func (r *routeReconciler) ownedRoutes(ctx context.Context, d *appsv1.Deployment) ([]routingv1alpha1.AppRoute, error) {
@@ -689,16 +760,20 @@ func (r *routeReconciler) applyStatus(ctx context.Context, route *routingv1alpha
 			mine = append(mine, c)
 		}
 	}
+	status := map[string]any{
+		"observedGeneration": st.ObservedGeneration,
+		"conditions":         mine,
+		"readyEndpoints":     st.ReadyEndpoints,
+		"activatorInPath":    st.ActivatorInPath,
+	}
+	if len(st.HostSources) > 0 {
+		status["hostSources"] = st.HostSources // left out, the apply drops them
+	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": routingv1alpha1.GroupVersion(r.routes.names.Group()).String(),
 		"kind":       routingv1alpha1.Kind,
 		"metadata":   map[string]any{"name": route.Name, "namespace": route.Namespace},
-		"status": map[string]any{
-			"observedGeneration": st.ObservedGeneration,
-			"conditions":         mine,
-			"readyEndpoints":     st.ReadyEndpoints,
-			"activatorInPath":    st.ActivatorInPath,
-		},
+		"status":     status,
 	})
 	if err != nil {
 		return fmt.Errorf("encode AppRoute %s/%s status: %w", route.Namespace, route.Name, err)

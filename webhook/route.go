@@ -33,6 +33,8 @@ type routes struct {
 	cfg    inject.Config
 	client client.Client // reads typed objects from the manager's cache
 	cache  client.Reader // the manager's cache itself, for unstructured objects (KEDA's)
+	// gateway says whether HTTPRoutes are served and watched (nil: never).
+	gateway *gatewayAPI
 }
 
 // replicaSetOf returns the pod's controller reference when it is a
@@ -72,17 +74,23 @@ func injectors(nsLabels, podLabels map[string]string) []groupsuffix.Names {
 	return out
 }
 
-// desired is the AppRoute of d's pod template, with the Service it found
-// (nil if none).
-func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1alpha1.AppRoute, inject.App, *corev1.Service, error) {
+// desired is the AppRoute of d's pod template and of the Ingresses and
+// HTTPRoutes naming its Service, with the Service it found (nil if none)
+// and the report of its hosts.
+func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1alpha1.AppRoute, inject.App, *corev1.Service, hostReport, error) {
 	app, err := inject.ParseApp(d.Namespace, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec, r.cfg)
 	if err != nil {
-		return nil, inject.App{}, nil, err
+		return nil, inject.App{}, nil, hostReport{}, err
 	}
 	svc, port, err := r.findService(ctx, d.Namespace, d.Spec.Template.Labels, app)
 	if err != nil {
-		return nil, app, nil, err
+		return nil, app, nil, hostReport{}, err
 	}
+	claims, skipped, err := r.hostPaths(ctx, d.Namespace, svc, port)
+	if err != nil {
+		return nil, app, nil, hostReport{}, err
+	}
+	hostPaths, report := mergeHosts(app.Hosts, r.names.HostsAnnotation(), claims, skipped)
 	t := true
 	route := &routingv1alpha1.AppRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: routingv1alpha1.GroupVersion(r.names.Group()).String(), Kind: routingv1alpha1.Kind},
@@ -96,6 +104,7 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 		Spec: routingv1alpha1.AppRouteSpec{
 			Hosts:          app.Hosts,
 			PathPrefixes:   app.PathPrefixes,
+			HostPaths:      hostPaths,
 			ScaleTargetRef: routingv1alpha1.ScaleTargetReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name},
 			AppPort:        app.Port,
 			AppPortName:    app.PortName,
@@ -113,7 +122,7 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 	if svc != nil {
 		route.Spec.Service = routingv1alpha1.ServiceReference{Name: svc.Name, Port: port}
 	}
-	return route, app, svc, nil
+	return route, app, svc, report, nil
 }
 
 // routeLabels are the AppRoute's labels: the <suffix>/route-labels of the

@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
@@ -46,6 +47,10 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("build scheme: %w", err)
 	}
 	if err := routingv1alpha1.AddToScheme(scheme, names.Group()); err != nil {
+		return fmt.Errorf("build scheme: %w", err)
+	}
+	// HTTPRoutes, read when the Gateway API is installed (gatewayAPI).
+	if err := gatewayv1.Install(scheme); err != nil {
 		return fmt.Errorf("build scheme: %w", err)
 	}
 

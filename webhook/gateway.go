@@ -1,0 +1,218 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+)
+
+// gatewayCheckInterval is how often every replica asks the API server's
+// discovery whether the Gateway API's HTTPRoutes are served: one request
+// for the whole replica, whatever the number of apps. HTTPRoutes
+// themselves come from a watch while they are.
+var gatewayCheckInterval = time.Minute
+
+// httpRouteResource is the HTTPRoutes' resource in discovery.
+const httpRouteResource = "httproutes"
+
+// gatewayAPI is the controller's view of the Gateway API's HTTPRoutes
+// (gateway.networking.k8s.io/v1). Its CRDs are optional: while they are
+// absent nothing reads HTTPRoutes (a watch on a missing API would keep the
+// controller from starting, then fail its lists for good), and every
+// gatewayCheckInterval a discovery request looks again. When HTTPRoutes
+// appear, the watch starts, and its first list brings the routes of the
+// Services they name; when they go (the API server deletes every
+// HTTPRoute with the CRD, which the watch sees), the informer is removed
+// and the routes whose hosts came from an HTTPRoute are reconciled once
+// more. Like keda, it runs in every replica.
+type gatewayAPI struct {
+	// mu orders reads of HTTPRoutes (read) against the informer's start
+	// and removal (write): a read after the removal must not start an
+	// informer on a missing API through the cache.
+	mu        sync.RWMutex
+	installed bool
+
+	discovery discovery.DiscoveryInterface
+	// watch starts the HTTPRoute watch on the controller; unwatch stops
+	// its informer.
+	watch   func() error
+	unwatch func(context.Context) error
+	elected <-chan struct{}
+	resync  chan<- event.GenericEvent
+	routes  client.Reader
+	log     logr.Logger
+}
+
+var _ manager.LeaderElectionRunnable = (*gatewayAPI)(nil)
+
+// NeedLeaderElection is false: every replica follows the Gateway API.
+func (g *gatewayAPI) NeedLeaderElection() bool { return false }
+
+// read runs fn, which reads HTTPRoutes from the cache, if they are served.
+func (g *gatewayAPI) read(fn func() error) error {
+	if g == nil {
+		return nil
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if !g.installed {
+		return nil
+	}
+	return fn()
+}
+
+// present asks the API server's discovery whether HTTPRoutes are served.
+func (g *gatewayAPI) present() (bool, error) {
+	list, err := g.discovery.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == httpRouteResource }), nil
+}
+
+// look checks discovery once and follows what it says: the watch started
+// when HTTPRoutes appeared, stopped when they went. A discovery error
+// changes nothing.
+func (g *gatewayAPI) look(ctx context.Context) error {
+	ok, err := g.present()
+	if err != nil {
+		g.log.V(1).Info("cannot look for the Gateway API's HTTPRoutes; looking again at the next interval", "error", err.Error())
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case ok && !g.installed:
+		if err := g.watch(); err != nil {
+			return fmt.Errorf("watch HTTPRoutes: %w", err)
+		}
+		g.installed = true
+		g.log.Info("the Gateway API's HTTPRoutes are served: watching them")
+	case !ok && g.installed:
+		g.installed = false
+		if err := g.unwatch(ctx); err != nil {
+			return fmt.Errorf("stop watching HTTPRoutes: %w", err)
+		}
+		g.log.Info("the Gateway API's HTTPRoutes are no longer served: stopped watching them")
+		go g.reconcileFromHTTPRoutes(ctx)
+	}
+	return nil
+}
+
+// Start (a manager runnable, in every replica) looks every
+// gatewayCheckInterval.
+func (g *gatewayAPI) Start(ctx context.Context) error {
+	t := time.NewTicker(gatewayCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := g.look(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// reconcileFromHTTPRoutes reconciles, in the leading replica, the routes
+// whose status says a host came from an HTTPRoute.
+func (g *gatewayAPI) reconcileFromHTTPRoutes(ctx context.Context) {
+	select {
+	case <-g.elected:
+	case <-ctx.Done():
+		return
+	}
+	var list routingv1alpha1.AppRouteList
+	if err := g.routes.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		g.log.Error(err, "list AppRoutes to drop the hosts of HTTPRoutes")
+		return
+	}
+	for i := range list.Items {
+		r := &list.Items[i]
+		if r.Spec.ScaleTargetRef.Name == "" || !slices.ContainsFunc(r.Status.HostSources, func(s routingv1alpha1.HostSource) bool {
+			return slices.ContainsFunc(s.From, func(f string) bool { return strings.HasPrefix(f, "HTTPRoute/") })
+		}) {
+			continue
+		}
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}}
+		select {
+		case g.resync <- event.GenericEvent{Object: d}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchHTTPRoutes sets r.routes.gateway up on ctl: the HTTPRoute watch at
+// once if the API server serves HTTPRoutes, and the runnable that follows
+// them coming and going. A discovery error counts as absent: the runnable
+// looks again.
+func (r *routeReconciler) watchHTTPRoutes(ctx context.Context, mgr ctrl.Manager, ctl controller.Controller) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
+	if r.routes.gateway == nil {
+		r.routes.gateway = &gatewayAPI{}
+	}
+	g := r.routes.gateway
+	g.discovery, g.elected, g.resync, g.routes, g.log = dc, mgr.Elected(), r.keda.resync, mgr.GetClient(), r.log
+	// A change reconciles the routes of the Services its backendRefs
+	// name, before and after (EnqueueRequestsFromMapFunc maps both
+	// objects of an update). Only spec changes count: Gateway
+	// controllers write the status.
+	g.watch = func() error {
+		return ctl.Watch(source.Kind[client.Object](mgr.GetCache(), &gatewayv1.HTTPRoute{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			hr, ok := o.(*gatewayv1.HTTPRoute)
+			if !ok {
+				return nil
+			}
+			return r.routesOfServices(ctx, hr.Namespace, httpRouteServices(hr))
+		}), predicate.GenerationChangedPredicate{}))
+	}
+	g.unwatch = func(ctx context.Context) error { return mgr.GetCache().RemoveInformer(ctx, &gatewayv1.HTTPRoute{}) }
+	if err := g.look(ctx); err != nil {
+		return err
+	}
+	if !g.installed {
+		r.log.Info("the Gateway API's HTTPRoutes are not served; looking for them again every interval", "interval", gatewayCheckInterval)
+	}
+	return mgr.Add(g)
+}
+
+// routesOfServices maps Services of ns (named by an Ingress or HTTPRoute)
+// to the Deployments of the AppRoutes that name one of them.
+func (r *routeReconciler) routesOfServices(ctx context.Context, ns string, services []string) []reconcile.Request {
+	if len(services) == 0 {
+		return nil
+	}
+	return r.enqueueRoutes(ctx, ns, nil, func(route *routingv1alpha1.AppRoute, _ client.Object) bool {
+		return slices.Contains(services, route.Spec.Service.Name)
+	})
+}
