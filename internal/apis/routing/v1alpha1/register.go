@@ -54,7 +54,7 @@ func AddToScheme(scheme *runtime.Scheme, group string) error {
 			}
 		}
 	}
-	scheme.AddKnownTypes(gv, &AppRoute{}, &AppRouteList{}, &FederatedScale{}, &FederatedScaleList{}, &DomainClaim{}, &DomainClaimList{})
+	scheme.AddKnownTypes(gv, &AppRoute{}, &AppRouteList{}, &FederatedScale{}, &FederatedScaleList{}, &DomainClaim{}, &DomainClaimList{}, &RoutePolicy{}, &RoutePolicyList{})
 	metav1.AddToGroupVersion(scheme, gv)
 	return nil
 }

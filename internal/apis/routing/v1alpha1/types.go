@@ -149,6 +149,77 @@ type AppRouteSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('15m')",message="coldStartTimeout: want above 0s and at most 15m"
 	ColdStartTimeout *metav1.Duration `json:"coldStartTimeout,omitempty"`
+
+	// RequestTimeout bounds one whole exchange with the app, from the
+	// request received to the end of the response, in the sidecar and in
+	// the activator for a request it forwards (a cold start's wait is
+	// bounded apart, by ColdStartTimeout): 504 before the response head,
+	// the connection closed after it. Unset: no limit. From the pod
+	// template's <suffix>/request-timeout.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="requestTimeout: want above 0s"
+	RequestTimeout *metav1.Duration `json:"requestTimeout,omitempty"`
+
+	// ResponseHeaderTimeout bounds the wait for the app's response head once
+	// the request is sent, in the sidecar and the activator (504 after it).
+	// Unset: their defaults (10m). From <suffix>/response-header-timeout.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="responseHeaderTimeout: want above 0s"
+	ResponseHeaderTimeout *metav1.Duration `json:"responseHeaderTimeout,omitempty"`
+
+	// StreamIdleTimeout closes both sides of an upgraded connection (a
+	// WebSocket) or of an exchange whose body streams, when no byte has
+	// passed either way for this long, so that a tunnel its client left
+	// stops counting as in flight. Unset: the sidecar's and the
+	// activator's default (1h). From <suffix>/stream-idle-timeout.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="streamIdleTimeout: want above 0s"
+	StreamIdleTimeout *metav1.Duration `json:"streamIdleTimeout,omitempty"`
+
+	// Concurrency is the most requests one pod's app is given at once; its
+	// sidecar queues the rest (Knative's containerConcurrency). 0: no
+	// limit. From <suffix>/concurrency.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Concurrency int32 `json:"concurrency,omitempty"`
+
+	// Fallback is a Service of the namespace that a held request goes to
+	// when the app has no ready pod within the cold-start timeout, or when
+	// the app's hold queue is full. From <suffix>/fallback.
+	// +optional
+	Fallback *ServiceReference `json:"fallback,omitempty"`
+
+	// StaticResponses are the app's RoutePolicy's rules: answers the
+	// activator gives itself (AtZero while the app has no ready pod,
+	// Always at any time) without waking or counting the app.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	StaticResponses []StaticResponse `json:"staticResponses,omitempty"`
+
+	// Placeholder is the app's RoutePolicy's placeholder page, its body
+	// read from the ConfigMap.
+	// +optional
+	Placeholder *Placeholder `json:"placeholder,omitempty"`
+
+	// Policy names the RoutePolicy the two fields above come from.
+	// +optional
+	Policy string `json:"policy,omitempty"`
+}
+
+// Placeholder is a placeholder page as the activator serves it.
+type Placeholder struct {
+	// +kubebuilder:validation:Minimum=200
+	// +kubebuilder:validation:Maximum=599
+	Status int32 `json:"status"`
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Headers []HTTPHeader `json:"headers,omitempty"`
+	// +kubebuilder:validation:MaxLength=65536
+	Body string `json:"body"`
 }
 
 // HostPaths is one host of an AppRoute with its own path prefixes.
