@@ -48,6 +48,8 @@ const (
 // HTTPRoutes are the resources of its standard channel the cluster uses.
 const GatewayAPIGroup = "gateway.networking.k8s.io"
 
+// The Gateway API resources (v1) the cluster creates and tests use through
+// the dynamic client.
 var (
 	GatewayClasses = schema.GroupVersionResource{Group: GatewayAPIGroup, Version: "v1", Resource: "gatewayclasses"}
 	Gateways       = schema.GroupVersionResource{Group: GatewayAPIGroup, Version: "v1", Resource: "gateways"}
