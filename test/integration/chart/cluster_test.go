@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -280,6 +281,10 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 	} else {
 		webhookDenied = append(webhookDenied, access{"get", "", "secrets", "", ns, secret})
 	}
+	// The users' Ingresses and HTTPRoutes: read (the hosts they route to an
+	// app's Service are the app's), never written.
+	webhookAllowed = append(webhookAllowed, readOnlyRouting("shop").allowed...)
+	webhookDenied = append(webhookDenied, readOnlyRouting("shop").denied...)
 	webhookDenied = append(webhookDenied,
 		access{"list", "routing.ebb.dev", "approutes", "", "", ""}, // another instance's routes
 		access{"update", "coordination.k8s.io", "leases", "", ns, "activator." + suffix},
@@ -333,10 +338,13 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		component       string
 		allowed, denied []access
 	}
+	// Only the webhook reads Ingresses and HTTPRoutes.
+	noRouting := readOnlyRouting("shop")
+	noRouting.denied = append(noRouting.denied, noRouting.allowed...)
 	components := []component{
 		{"webhook", webhookAllowed, append(webhookDenied, noSecrets...)},
-		{"activator", activatorAllowed, append(activatorDenied, noSecrets...)},
-		{"scaler", scalerAllowed, append(scalerDenied, noSecrets...)},
+		{"activator", activatorAllowed, slices.Concat(activatorDenied, noSecrets, noRouting.denied)},
+		{"scaler", scalerAllowed, slices.Concat(scalerDenied, noSecrets, noRouting.denied)},
 	}
 	if !selfSigned { // the release with federation.enabled and federation.member.enabled
 		scalerProxy := fullname(r) + "-scaler:8080"
@@ -364,7 +372,8 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 			{"get", "", "services", "proxy", ns, fullname(r) + "-webhook:443"}, {"get", "", "services", "proxy", "shop", "hello:80"},
 			{"list", "", "pods", "", "", ""}, {"patch", "apps", "deployments", "", "shop", "hello"},
 		}, noSecrets...)
-		components = append(components, component{"federation", federationAllowed, federationDenied}, component{"federation-member", memberAllowed, memberDenied})
+		components = append(components, component{"federation", federationAllowed, append(federationDenied, noRouting.denied...)},
+			component{"federation-member", memberAllowed, append(memberDenied, noRouting.denied...)})
 	}
 	for _, tc := range components {
 		user := "system:serviceaccount:" + ns + ":" + fullname(r) + "-" + tc.component
@@ -391,6 +400,23 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 			}
 		}
 	}
+}
+
+// readOnlyRouting are the webhook's accesses to the users' Ingresses and
+// HTTPRoutes: list and watch in every namespace, get in ns (allowed);
+// create, update, patch, delete and their status (denied).
+func readOnlyRouting(ns string) (out struct{ allowed, denied []access }) {
+	for _, r := range []struct{ group, resource string }{{"networking.k8s.io", "ingresses"}, {"gateway.networking.k8s.io", "httproutes"}} {
+		out.allowed = append(out.allowed,
+			access{"list", r.group, r.resource, "", "", ""}, access{"watch", r.group, r.resource, "", "", ""},
+			access{"list", r.group, r.resource, "", ns, ""}, access{"get", r.group, r.resource, "", ns, "hello"})
+		out.denied = append(out.denied,
+			access{"create", r.group, r.resource, "", ns, ""}, access{"update", r.group, r.resource, "", ns, "hello"},
+			access{"patch", r.group, r.resource, "", ns, "hello"}, access{"delete", r.group, r.resource, "", ns, "hello"},
+			access{"deletecollection", r.group, r.resource, "", ns, ""},
+			access{"update", r.group, r.resource, "status", ns, "hello"}, access{"patch", r.group, r.resource, "status", ns, "hello"})
+	}
+	return out
 }
 
 func allowed(ctx context.Context, c *cluster.Cluster, user, saNamespace string, a access) (bool, error) {
