@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -113,6 +114,19 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 	}
 	if app.ColdStartTimeout > 0 {
 		route.Spec.ColdStartTimeout = &metav1.Duration{Duration: app.ColdStartTimeout}
+	}
+	duration := func(d time.Duration) *metav1.Duration {
+		if d == 0 {
+			return nil
+		}
+		return &metav1.Duration{Duration: d}
+	}
+	route.Spec.RequestTimeout = duration(app.RequestTimeout)
+	route.Spec.ResponseHeaderTimeout = duration(app.ResponseHeaderTimeout)
+	route.Spec.StreamIdleTimeout = duration(app.StreamIdleTimeout)
+	route.Spec.Concurrency = app.Concurrency
+	if app.Fallback != "" {
+		route.Spec.Fallback = &routingv1alpha1.ServiceReference{Name: app.Fallback, Port: app.FallbackPort}
 	}
 	if app.Placeholder {
 		// The AppRoute has no spec field for it (yet): the activator reads

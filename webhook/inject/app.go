@@ -27,6 +27,21 @@ const (
 	// AnnotationResponseHeaderTimeout bounds the sidecar's wait for the
 	// app's response head.
 	AnnotationResponseHeaderTimeout = "response-header-timeout"
+	// AnnotationRequestTimeout bounds one whole exchange with the app
+	// (sidecar and activator; 504 before the response head).
+	AnnotationRequestTimeout = "request-timeout"
+	// AnnotationStreamIdleTimeout closes an upgraded connection or a
+	// streaming exchange after this long without a byte either way.
+	AnnotationStreamIdleTimeout = "stream-idle-timeout"
+	// AnnotationConcurrency is the most requests one pod's app is given at
+	// once (0: no limit); AnnotationConcurrencyQueue how many more its
+	// sidecar queues (503 with Retry-After past them).
+	AnnotationConcurrency      = "concurrency"
+	AnnotationConcurrencyQueue = "concurrency-queue"
+	// AnnotationFallback ("<service>" or "<service>:<port>") is the Service
+	// a held request goes to when the app does not come up in time or its
+	// hold queue is full.
+	AnnotationFallback = "fallback"
 	// AnnotationPlaceholder "true" shows browsers a waiting page during a
 	// cold start (the activator reads it from the AppRoute).
 	AnnotationPlaceholder = "placeholder"
@@ -46,6 +61,12 @@ const (
 	// MaxResponseHeaderTimeout: longer than any live app needs for a
 	// response head (a longer job streams, or answers at once).
 	MaxResponseHeaderTimeout = time.Hour
+	// MaxRequestTimeout and MaxStreamIdleTimeout: a day; unset is no limit
+	// (request) or the sidecar's and activator's default (stream idle, 1h).
+	MaxRequestTimeout    = 24 * time.Hour
+	MaxStreamIdleTimeout = 24 * time.Hour
+	MaxConcurrency       = 10_000
+	MaxConcurrencyQueue  = 100_000
 )
 
 // App is what a pod (or pod template) says about its app through ebb's label
@@ -74,6 +95,18 @@ type App struct {
 	// ResponseHeaderTimeout is the <suffix>/response-header-timeout
 	// annotation, 0 when unset (the sidecar's default); "0s" is refused.
 	ResponseHeaderTimeout time.Duration
+	// RequestTimeout and StreamIdleTimeout are their annotations, 0 when
+	// unset (the sidecar's and the activator's defaults).
+	RequestTimeout, StreamIdleTimeout time.Duration
+	// Concurrency and ConcurrencyQueue are their annotations;
+	// ConcurrencySet and ConcurrencyQueueSet say whether they are present
+	// (unset: the sidecar's defaults).
+	Concurrency, ConcurrencyQueue       int32
+	ConcurrencySet, ConcurrencyQueueSet bool
+	// Fallback and FallbackPort are the <suffix>/fallback annotation's
+	// Service and port (0: not given), "" when unset.
+	Fallback     string
+	FallbackPort int32
 	// Placeholder is the <suffix>/placeholder annotation.
 	Placeholder bool
 	// RouteLabels are the <suffix>/route-labels annotation's labels, nil
@@ -200,6 +233,55 @@ func ParseApp(namespace string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, c
 		}
 		app.ResponseHeaderTimeout = d
 	}
+	duration := func(key string, most time.Duration, fix string) time.Duration {
+		v, ok := ann(key)
+		if !ok {
+			return 0
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > most {
+			bad("annotation", n.Key(key), v, "not a duration above 0s and at most "+most.String(), fix)
+			return 0
+		}
+		return d
+	}
+	app.RequestTimeout = duration(AnnotationRequestTimeout, MaxRequestTimeout,
+		"set a Go duration longer than the app's longest whole request, such as \"5m\", or remove the annotation for no limit")
+	app.StreamIdleTimeout = duration(AnnotationStreamIdleTimeout, MaxStreamIdleTimeout,
+		"set a Go duration longer than the app's streams and WebSockets stay quiet, such as \"10m\", or remove the annotation for the default (1h)")
+	count := func(key string, most int64, fix string) (int32, bool) {
+		v, ok := ann(key)
+		if !ok {
+			return 0, false
+		}
+		c, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || c < 0 || c > most {
+			bad("annotation", n.Key(key), v, fmt.Sprintf("not a whole number from 0 to %d", most), fix)
+			return 0, true
+		}
+		return int32(c), true
+	}
+	app.Concurrency, app.ConcurrencySet = count(AnnotationConcurrency, MaxConcurrency,
+		"set how many requests one pod's app serves at once, such as \"1\" for a single-threaded app, or \"0\" for no limit")
+	app.ConcurrencyQueue, app.ConcurrencyQueueSet = count(AnnotationConcurrencyQueue, MaxConcurrencyQueue,
+		"set how many requests the sidecar queues beyond "+n.Key(AnnotationConcurrency)+", such as \"100\"")
+	if app.ConcurrencyQueueSet && app.Concurrency == 0 {
+		v, _ := ann(AnnotationConcurrencyQueue)
+		bad("annotation", n.Key(AnnotationConcurrencyQueue), v, "a queue without a concurrency limit: the sidecar queues nothing when "+n.Key(AnnotationConcurrency)+" is unset or 0",
+			"set "+n.Key(AnnotationConcurrency)+" above 0 too, or remove "+n.Key(AnnotationConcurrencyQueue))
+	}
+	if v, ok := ann(AnnotationFallback); ok {
+		svc, port, reason := parseFallback(v)
+		if reason == "" && svc == app.Service {
+			reason = "the app's own Service (" + n.Key(AnnotationService) + "), which has no ready pod when the fallback is used"
+		}
+		if reason != "" {
+			bad("annotation", n.Key(AnnotationFallback), v, reason,
+				"name another Service of the namespace, as \"<service>\" or \"<service>:<port number>\", such as \"hello-static:80\"")
+		} else {
+			app.Fallback, app.FallbackPort = svc, port
+		}
+	}
 	if v, ok := ann(AnnotationRouteLabels); ok {
 		rl, probs := parseRouteLabels(v, n.Suffix()+"/")
 		app.RouteLabels = rl
@@ -228,6 +310,23 @@ func ParseApp(namespace string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, c
 		return App{}, &RefusalError{Problems: problems}
 	}
 	return app, nil
+}
+
+// parseFallback splits "<service>" or "<service>:<port number>"; reason is
+// "" when v is one.
+func parseFallback(v string) (svc string, port int32, reason string) {
+	svc, p, hasPort := strings.Cut(v, ":")
+	if errs := validation.IsDNS1035Label(svc); len(errs) > 0 {
+		return "", 0, "not a Service name: " + strings.Join(errs, ", ")
+	}
+	if hasPort {
+		n, err := strconv.ParseInt(p, 10, 32)
+		if err != nil || n < 1 || n > 65535 {
+			return "", 0, fmt.Sprintf("port %q is not a port number (1-65535)", p)
+		}
+		port = int32(n)
+	}
+	return svc, port, ""
 }
 
 func findPort(app *App, spec *corev1.PodSpec, cfg Config, portAnn string, hasPortAnn bool) []Problem {

@@ -42,6 +42,12 @@ const (
 	EnvInstance = "EBB_INSTANCE"
 	// EnvResponseHeaderTimeout is set only when the pod's annotation is.
 	EnvResponseHeaderTimeout = "EBB_RESPONSE_HEADER_TIMEOUT"
+	// EnvRequestTimeout, EnvStreamIdleTimeout, EnvConcurrency and
+	// EnvConcurrencyQueue are set only when the pod's annotations are.
+	EnvRequestTimeout    = "EBB_REQUEST_TIMEOUT"
+	EnvStreamIdleTimeout = "EBB_STREAM_IDLE_TIMEOUT"
+	EnvConcurrency       = "EBB_CONCURRENCY"
+	EnvConcurrencyQueue  = "EBB_CONCURRENCY_QUEUE"
 	// EnvAppReadiness carries the app container's readiness probe to the
 	// sidecar (readiness.Check as JSON), set only when it has one the
 	// sidecar can run.
@@ -175,6 +181,18 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 	}
 	if app.ResponseHeaderTimeout > 0 {
 		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvResponseHeaderTimeout, Value: app.ResponseHeaderTimeout.String()})
+	}
+	if app.RequestTimeout > 0 {
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvRequestTimeout, Value: app.RequestTimeout.String()})
+	}
+	if app.StreamIdleTimeout > 0 {
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvStreamIdleTimeout, Value: app.StreamIdleTimeout.String()})
+	}
+	if app.ConcurrencySet {
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvConcurrency, Value: strconv.Itoa(int(app.Concurrency))})
+	}
+	if app.ConcurrencyQueueSet {
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvConcurrencyQueue, Value: strconv.Itoa(int(app.ConcurrencyQueue))})
 	}
 	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
 	if out.Annotations == nil {

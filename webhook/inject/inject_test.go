@@ -337,6 +337,34 @@ func TestInject(t *testing.T) {
 			p.Spec.InitContainers[0].Env = append(p.Spec.InitContainers[0].Env, corev1.EnvVar{Name: "EBB_RESPONSE_HEADER_TIMEOUT", Value: "1m30s"})
 		}),
 	}, {
+		name: "route controls: request and stream idle timeouts, concurrency and its queue",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/request-timeout"] = "5m"
+			p.Annotations["ebb.dev/stream-idle-timeout"] = "90s"
+			p.Annotations["ebb.dev/concurrency"] = "1"
+			p.Annotations["ebb.dev/concurrency-queue"] = "50"
+			p.Annotations["ebb.dev/fallback"] = "hello-static:8080"
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/request-timeout"] = "5m"
+			p.Annotations["ebb.dev/stream-idle-timeout"] = "90s"
+			p.Annotations["ebb.dev/concurrency"] = "1"
+			p.Annotations["ebb.dev/concurrency-queue"] = "50"
+			p.Annotations["ebb.dev/fallback"] = "hello-static:8080"
+			p.Spec.InitContainers[0].Env = append(p.Spec.InitContainers[0].Env,
+				corev1.EnvVar{Name: "EBB_REQUEST_TIMEOUT", Value: "5m0s"}, corev1.EnvVar{Name: "EBB_STREAM_IDLE_TIMEOUT", Value: "1m30s"},
+				corev1.EnvVar{Name: "EBB_CONCURRENCY", Value: "1"}, corev1.EnvVar{Name: "EBB_CONCURRENCY_QUEUE", Value: "50"})
+		}),
+	}, {
+		name: "concurrency 0 is set: no limit, said to the sidecar",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/concurrency"] = "0"
+		}),
+		want: injected(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/concurrency"] = "0"
+			p.Spec.InitContainers[0].Env = append(p.Spec.InitContainers[0].Env, corev1.EnvVar{Name: "EBB_CONCURRENCY", Value: "0"})
+		}),
+	}, {
 		name: "configured image, ports and suffix",
 		pod: appPod(func(p *corev1.Pod) {
 			p.Labels = map[string]string{"team1.example.com/app": "hello"}
@@ -460,6 +488,39 @@ func TestInjectRefuses(t *testing.T) {
 			`annotation ebb.dev/cold-start-timeout="forever"`, `annotation ebb.dev/drain-timeout="1h"`, `annotation ebb.dev/response-header-timeout="0s"`, `annotation ebb.dev/service="Web_Svc"`,
 			`annotation ebb.dev/placeholder="yes": not true or false`},
 	}, {
+		name: "bad route controls all reported at once",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/request-timeout"] = "25h"
+			p.Annotations["ebb.dev/stream-idle-timeout"] = "0s"
+			p.Annotations["ebb.dev/concurrency"] = "10001"
+			p.Annotations["ebb.dev/concurrency-queue"] = "-1"
+			p.Annotations["ebb.dev/fallback"] = "Static_Site:80"
+		}),
+		want: []string{`annotation ebb.dev/request-timeout="25h": not a duration above 0s and at most 24h0m0s; fix: set a Go duration`,
+			`annotation ebb.dev/stream-idle-timeout="0s": not a duration above 0s and at most 24h0m0s; fix:`,
+			`annotation ebb.dev/concurrency="10001": not a whole number from 0 to 10000; fix:`,
+			`annotation ebb.dev/concurrency-queue="-1": not a whole number from 0 to 100000; fix:`,
+			`annotation ebb.dev/fallback="Static_Site:80": not a Service name`, `fix: name another Service of the namespace`},
+	}, {
+		name: "a concurrency queue without a limit",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/concurrency-queue"] = "10"
+		}),
+		want: []string{`annotation ebb.dev/concurrency-queue="10": a queue without a concurrency limit`, `fix: set ebb.dev/concurrency above 0 too`},
+	}, {
+		name: "a fallback port that is not a number",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/fallback"] = "static:http"
+		}),
+		want: []string{`annotation ebb.dev/fallback="static:http": port "http" is not a port number (1-65535)`},
+	}, {
+		name: "the fallback is the app's own Service",
+		pod: appPod(func(p *corev1.Pod) {
+			p.Annotations["ebb.dev/service"] = "hello"
+			p.Annotations["ebb.dev/fallback"] = "hello"
+		}),
+		want: []string{`annotation ebb.dev/fallback="hello": the app's own Service (ebb.dev/service)`},
+	}, {
 		name: "bad route labels",
 		pod: appPod(func(p *corev1.Pod) {
 			p.Annotations["ebb.dev/route-labels"] = "tier=gold,tier=silver,bad key=x,team=a b,ebb.dev/pool=a,lonely"
@@ -496,6 +557,8 @@ func TestParseApp(t *testing.T) {
 		p.Annotations["ebb.dev/service"] = "hello"
 		p.Annotations["ebb.dev/placeholder"] = "true"
 		p.Annotations["ebb.dev/route-labels"] = " team=payments, example.com/tier=gold ,"
+		p.Annotations["ebb.dev/fallback"] = " hello-static "
+		p.Annotations["ebb.dev/concurrency"] = "4"
 	})
 	got, err := ParseApp(p.Namespace, &p.ObjectMeta, &p.Spec, testCfg)
 	if err != nil {
@@ -503,7 +566,7 @@ func TestParseApp(t *testing.T) {
 	}
 	want := App{Name: "hello", Hosts: []string{"hello.example.com", "*.hello.example.com"}, PathPrefixes: []string{"/api", "/static"},
 		Container: "app", Port: 8080, PortName: "http", Service: "hello", QueueSize: 500, ColdStartTimeout: 90 * time.Second, Placeholder: true,
-		RouteLabels: map[string]string{"team": "payments", "example.com/tier": "gold"}}
+		RouteLabels: map[string]string{"team": "payments", "example.com/tier": "gold"}, Fallback: "hello-static", Concurrency: 4, ConcurrencySet: true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseApp (-want +got):\n%s", diff)
 	}

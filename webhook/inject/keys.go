@@ -17,7 +17,8 @@ import (
 var knownKeys = map[string][]string{
 	"label": {"app"},
 	"annotation": {"hosts", AnnotationPaths, AnnotationPort, AnnotationService, AnnotationQueueSize,
-		AnnotationColdStartTimeout, AnnotationDrainTimeout, AnnotationResponseHeaderTimeout, AnnotationPlaceholder, AnnotationRouteLabels, "sidecar"},
+		AnnotationColdStartTimeout, AnnotationDrainTimeout, AnnotationResponseHeaderTimeout, AnnotationRequestTimeout, AnnotationStreamIdleTimeout, AnnotationConcurrency, AnnotationConcurrencyQueue,
+		AnnotationFallback, AnnotationPlaceholder, AnnotationRouteLabels, "sidecar"},
 }
 
 // UnknownKeys names every label and annotation of meta under the instance's

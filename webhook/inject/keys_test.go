@@ -20,6 +20,8 @@ func TestUnknownKeys(t *testing.T) {
 			annotations: map[string]string{"team1.example.com/hosts": "", "team1.example.com/paths": "", "team1.example.com/port": "",
 				"team1.example.com/service": "", "team1.example.com/queue-size": "", "team1.example.com/cold-start-timeout": "",
 				"team1.example.com/drain-timeout": "", "team1.example.com/response-header-timeout": "", "team1.example.com/placeholder": "",
+				"team1.example.com/request-timeout": "", "team1.example.com/stream-idle-timeout": "", "team1.example.com/concurrency": "",
+				"team1.example.com/concurrency-queue": "", "team1.example.com/fallback": "",
 				"team1.example.com/sidecar": "",
 				"ebb.dev/hsots":             "another instance's keys are its own business"},
 		},
@@ -44,7 +46,8 @@ func TestUnknownKeys(t *testing.T) {
 			annotations: map[string]string{"team1.example.com/min-replicas": "1"},
 			want: []string{`annotation "team1.example.com/min-replicas" is not a key ebb reads (annotations it reads: team1.example.com/hosts, team1.example.com/paths, ` +
 				`team1.example.com/port, team1.example.com/service, team1.example.com/queue-size, team1.example.com/cold-start-timeout, ` +
-				`team1.example.com/drain-timeout, team1.example.com/response-header-timeout, team1.example.com/placeholder, team1.example.com/route-labels, team1.example.com/sidecar)`},
+				`team1.example.com/drain-timeout, team1.example.com/response-header-timeout, team1.example.com/request-timeout, team1.example.com/stream-idle-timeout, ` +
+				`team1.example.com/concurrency, team1.example.com/concurrency-queue, team1.example.com/fallback, team1.example.com/placeholder, team1.example.com/route-labels, team1.example.com/sidecar)`},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
