@@ -23,7 +23,8 @@ import (
 // AppRoute's own, to drop the labels its last apply set: appliedLabels);
 // of KEDA's ScaledObjects only the spec fields ScaledByKEDA reads; of
 // Ingresses and HTTPRoutes only their hosts, paths and backends.
-func cacheOptions(names groupsuffix.Names) (cache.Options, error) {
+// Every informer's watch errors go to gw (gatewayAPI.watchError).
+func cacheOptions(names groupsuffix.Names, gw *gatewayAPI) (cache.Options, error) {
 	app, err := labels.NewRequirement(names.AppLabel(), selection.Exists, nil)
 	if err != nil {
 		return cache.Options{}, err
@@ -32,7 +33,8 @@ func cacheOptions(names groupsuffix.Names) (cache.Options, error) {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.NewSelector().Add(*app), Transform: podTransform},
 		},
-		DefaultTransform: stripTransform,
+		DefaultTransform:         stripTransform,
+		DefaultWatchErrorHandler: gw.watchError,
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -27,10 +28,10 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 )
 
-// gatewayCheckInterval is how often every replica asks the API server's
-// discovery whether the Gateway API's HTTPRoutes are served: one request
-// for the whole replica, whatever the number of apps. HTTPRoutes
-// themselves come from a watch while they are.
+// gatewayCheckInterval is how often every replica whose API server does
+// not serve the Gateway API's HTTPRoutes asks its discovery again: one
+// request for the whole replica, whatever the number of apps. While they
+// are served, HTTPRoutes come from a watch, and nothing polls.
 var gatewayCheckInterval = time.Minute
 
 // httpRouteResource is the HTTPRoutes' resource in discovery.
@@ -42,16 +43,19 @@ const httpRouteResource = "httproutes"
 // controller from starting, then fail its lists for good), and every
 // gatewayCheckInterval a discovery request looks again. When HTTPRoutes
 // appear, the watch starts, and its first list brings the routes of the
-// Services they name; when they go (the API server deletes every
-// HTTPRoute with the CRD, which the watch sees), the informer is removed
-// and the routes whose hosts came from an HTTPRoute are reconciled once
-// more. Like keda, it runs in every replica.
+// Services they name. When they go, the API server deletes every HTTPRoute
+// with the CRD, which the watch sees, then the informer's list fails "not
+// found": that failure (watchError) brings a look at once, which removes
+// the informer and reconciles once more the routes whose hosts came from
+// an HTTPRoute. Like keda, it runs in every replica.
 type gatewayAPI struct {
 	// mu orders reads of HTTPRoutes (read) against the informer's start
 	// and removal (write): a read after the removal must not start an
 	// informer on a missing API through the cache.
 	mu        sync.RWMutex
 	installed bool
+	// poke brings a look before the next interval (watchError).
+	poke chan struct{}
 
 	discovery discovery.DiscoveryInterface
 	// watch starts the HTTPRoute watch on the controller; unwatch stops
@@ -123,19 +127,43 @@ func (g *gatewayAPI) look(ctx context.Context) error {
 	return nil
 }
 
+// newGatewayAPI is the Gateway API's view before the controller sets it
+// up (watchHTTPRoutes): the cache's watch error handler needs it first.
+func newGatewayAPI() *gatewayAPI { return &gatewayAPI{poke: make(chan struct{}, 1)} }
+
+// watchError is every informer's watch error handler (the manager's
+// cache): client-go's, and when the HTTPRoute informer's list finds its
+// API gone, a look at once.
+func (g *gatewayAPI) watchError(ctx context.Context, r *toolscache.Reflector, err error) {
+	toolscache.DefaultWatchErrorHandler(ctx, r, err)
+	if apierrors.IsNotFound(err) && strings.HasSuffix(r.TypeDescription(), ".HTTPRoute") {
+		select {
+		case g.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Start (a manager runnable, in every replica) looks every
-// gatewayCheckInterval.
+// gatewayCheckInterval while HTTPRoutes are not served, and when poked.
 func (g *gatewayAPI) Start(ctx context.Context) error {
 	t := time.NewTicker(gatewayCheckInterval)
 	defer t.Stop()
 	for {
+		g.mu.RLock()
+		var tick <-chan time.Time
+		if !g.installed {
+			tick = t.C
+		}
+		g.mu.RUnlock()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
-			if err := g.look(ctx); err != nil {
-				return err
-			}
+		case <-tick:
+		case <-g.poke:
+		}
+		if err := g.look(ctx); err != nil {
+			return err
 		}
 	}
 }
@@ -179,7 +207,7 @@ func (r *routeReconciler) watchHTTPRoutes(ctx context.Context, mgr ctrl.Manager,
 		return fmt.Errorf("discovery client: %w", err)
 	}
 	if r.routes.gateway == nil {
-		r.routes.gateway = &gatewayAPI{}
+		r.routes.gateway = newGatewayAPI()
 	}
 	g := r.routes.gateway
 	g.discovery, g.elected, g.resync, g.routes, g.log = dc, mgr.Elected(), r.keda.resync, mgr.GetClient(), r.log

@@ -3,19 +3,28 @@ package webhook
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"fmt"
+
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
 // TestGatewayLook: the look for the Gateway API starts the HTTPRoute
@@ -44,9 +53,10 @@ func TestGatewayLook(t *testing.T) {
 	close(elected)
 	resync := make(chan event.GenericEvent, 10)
 	watches, unwatches := 0, 0
-	g := &gatewayAPI{discovery: fd, elected: elected, resync: resync, routes: c, log: logr.Discard(),
-		watch:   func() error { watches++; return nil },
-		unwatch: func(context.Context) error { unwatches++; return nil }}
+	g := newGatewayAPI()
+	g.discovery, g.elected, g.resync, g.routes, g.log = fd, elected, resync, c, logr.Discard()
+	g.watch = func() error { watches++; return nil }
+	g.unwatch = func(context.Context) error { unwatches++; return nil }
 	reads := func() bool {
 		read := false
 		if err := g.read(func() error { read = true; return nil }); err != nil {
@@ -107,4 +117,84 @@ func TestGatewayLook(t *testing.T) {
 	if watches != 2 || !reads() {
 		t.Errorf("back: %d watches, read %v; want 2, true", watches, reads())
 	}
+}
+
+// servedDiscovery serves HTTPRoutes while served is set, and counts looks.
+type servedDiscovery struct {
+	*fakediscovery.FakeDiscovery
+	served atomic.Bool
+	looks  atomic.Int32
+}
+
+func (d *servedDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	d.looks.Add(1)
+	if d.served.Load() {
+		return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: "httproutes"}}}, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{}, gv)
+}
+
+// TestGatewayPolls: while HTTPRoutes are not served the look runs every
+// interval; while they are, nothing polls, and only the HTTPRoute
+// informer's "not found" (its API gone) brings a look.
+func TestGatewayPolls(t *testing.T) {
+	defer func(d time.Duration) { gatewayCheckInterval = d }(gatewayCheckInterval)
+	gatewayCheckInterval = 10 * time.Millisecond
+	fd := &servedDiscovery{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}}
+	g := newGatewayAPI()
+	g.discovery, g.log = fd, logr.Discard()
+	g.watch = func() error { return nil }
+	g.unwatch = func(context.Context) error { return nil }
+	g.elected = make(chan struct{}) // never: no resync
+	served := func() bool {
+		ran := false
+		_ = g.read(func() error { ran = true; return nil })
+		return ran
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- g.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	testwait.Check(t, 5*time.Second, func() error {
+		if n := fd.looks.Load(); n < 3 {
+			return fmt.Errorf("%d looks while not served; want one every interval", n)
+		}
+		return nil
+	})
+	fd.served.Store(true)
+	testwait.Check(t, 5*time.Second, func() error {
+		if !served() {
+			return errors.New("not installed yet")
+		}
+		return nil
+	})
+	time.Sleep(50 * time.Millisecond) // a look under way ends
+	before := fd.looks.Load()
+	time.Sleep(100 * time.Millisecond)
+	if n := fd.looks.Load() - before; n != 0 {
+		t.Errorf("%d looks in 100 ms while served; want none", n)
+	}
+	// Another informer's errors bring no look; the HTTPRoute informer's
+	// "not found" does.
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "gateway.networking.k8s.io", Resource: "httproutes"}, "")
+	pods := toolscache.NewReflector(&toolscache.ListWatch{}, &corev1.Pod{}, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
+	g.watchError(t.Context(), pods, notFound)
+	time.Sleep(50 * time.Millisecond)
+	if n := fd.looks.Load() - before; n != 0 {
+		t.Errorf("a Pod informer's error brought %d looks", n)
+	}
+	fd.served.Store(false)
+	routes := toolscache.NewReflector(&toolscache.ListWatch{}, &gatewayv1.HTTPRoute{}, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
+	g.watchError(t.Context(), routes, notFound)
+	testwait.Check(t, 5*time.Second, func() error {
+		if served() {
+			return errors.New("still installed")
+		}
+		return nil
+	})
 }

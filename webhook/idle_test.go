@@ -127,7 +127,8 @@ const (
 )
 
 // TestIdleFleetCostsNothing: once a fleet's AppRoutes are settled (every
-// condition True, KEDA's API installed, ScaledObjects for every app),
+// condition True, KEDA's API and the Gateway API's HTTPRoutes installed,
+// ScaledObjects for every app),
 // the controller makes no write and no read of the API server while
 // nothing changes: what it needs comes from its watches and caches. The
 // controller of an API server of its own is counted through a
@@ -141,6 +142,11 @@ func TestIdleFleetCostsNothing(t *testing.T) {
 	}
 	defer func() { _ = ienv.Stop() }()
 	installKEDACRD(t, ienv.Config)
+	// The Gateway API too: the controller watches HTTPRoutes, and polls
+	// for them only while they are not served.
+	if _, err := envtest.InstallCRDs(ienv.Config, gatewayCRD(t)); err != nil {
+		t.Fatal(err)
+	}
 	var counter requestCounter
 	inst, err := webhooktest.StartInstance(ienv, names.Suffix(), admissionregistrationv1.Fail, func(o *webhook.Options) {
 		o.RESTConfig = counter.wrap(ienv.Config)

@@ -65,7 +65,8 @@ func Run(ctx context.Context, opts Options) error {
 	if err := procmetrics.ReplaceControllerRuntime(ctrlmetrics.Registry); err != nil {
 		return err
 	}
-	cacheOpts, err := cacheOptions(names)
+	gw := newGatewayAPI()
+	cacheOpts, err := cacheOptions(names, gw)
 	if err != nil {
 		return fmt.Errorf("cache options: %w", err)
 	}
@@ -97,7 +98,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), cache: mgr.GetCache()}
+	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), cache: mgr.GetCache(), gateway: gw}
 	rec := newRouteReconciler(rts, mgr.GetEventRecorder("ebb-webhook"), log.WithName("approute"))
 	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
 		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme)},
