@@ -39,7 +39,9 @@ type Options struct {
 	// as long as the client stays.
 	ResponseHeaderTimeout time.Duration
 	// TunnelIdleTimeout closes a tunnel (after a 101) in which no byte went
-	// either way for this long. Zero: never.
+	// either way for this long, and cuts a response body (both connections
+	// closed) that long without a byte either way. Zero: never. A request
+	// may have its own (Conn.SetTimeouts).
 	TunnelIdleTimeout time.Duration
 	// HalfCloseTimeout: once one side of a tunnel has closed its half (a
 	// FIN; the other side gets it), the tunnel closes whole when the other
@@ -122,6 +124,14 @@ type request struct {
 	body     chan error // the outcome of the request body being streamed, until received
 	bodyErr  error
 	onHead   func(status int) // OnResponseHead
+	// timeouts are the request's own (SetTimeouts); reqDeadline is the end
+	// of its Timeouts.Request, from RoundTrip's start.
+	timeouts    Timeouts
+	reqDeadline time.Time
+	// upLast is when a byte of the streamed request body last went to the
+	// app (unix nanos), for Timeouts.StreamIdle.
+	upLast atomic.Int64
+	onFail func(err error) (code int, header, body string) // OnUpstreamFailure
 }
 
 // reset zeroes r for the next request, keeping its buffers' capacity.
@@ -284,7 +294,7 @@ func readLine(br *bufio.Reader, scratch *[]byte, budget *int, tooLarge error) ([
 // for a while, so that the kernel does not reset the connection (and lose
 // the answer) because of unread bytes.
 func (cc *Conn) writeError(code int, msg string) {
-	cc.writeResponse(code, cc.o.Name+": "+msg+"\n", false)
+	cc.writeResponse(code, "", cc.o.Name+": "+msg+"\n", false)
 	cc.closeGently()
 }
 
@@ -294,14 +304,18 @@ func (cc *Conn) closeGently() {
 	io.Copy(io.Discard, io.LimitReader(cc.c, 256<<10))
 }
 
-func (cc *Conn) writeResponse(code int, body string, keep bool) {
+// writeResponse writes the engine's own response: code, the header lines
+// in header (each ending in CRLF), text/plain, body.
+func (cc *Conn) writeResponse(code int, header, body string, keep bool) {
 	cc.req.status = code
 	b := cc.resp[:0]
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
 	b = append(b, http.StatusText(code)...)
-	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
+	b = append(b, "\r\n"...)
+	b = append(b, header...)
+	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	if !keep {
 		b = append(b, "\r\nConnection: close"...)

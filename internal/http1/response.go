@@ -39,7 +39,7 @@ func (cc *Conn) readResponseHead(uc *upConn, rq *Request, rs *response) error {
 		}
 		if err := cc.readOneResponseHead(uc.br, rq, rs); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return &ResponseTimeoutError{After: cc.o.ResponseHeaderTimeout}
+				return &ResponseTimeoutError{After: cc.responseHeaderTimeout()}
 			}
 			return err
 		}

@@ -48,6 +48,58 @@ func (e *ResponseTimeoutError) Error() string {
 	return fmt.Sprintf("no response head within %v", e.After)
 }
 
+// Timeouts are one request's own bounds (Conn.SetTimeouts), for a server
+// whose requests differ (the activator serves many apps); zero fields take
+// the Options'.
+type Timeouts struct {
+	// Request bounds the whole exchange, from RoundTrip's start to the end
+	// of the response: a 504 (ResponseTimeoutError) when the response head
+	// has not come by then, both connections closed when its body has not
+	// ended. A 101's tunnel is not bounded by it (StreamIdle is). Zero:
+	// none.
+	Request time.Duration
+	// ResponseHeader is Options.ResponseHeaderTimeout for this request.
+	ResponseHeader time.Duration
+	// StreamIdle is Options.TunnelIdleTimeout for this request: its tunnel
+	// after a 101, and its response body, are cut (both connections
+	// closed) when no byte has gone either way for this long.
+	StreamIdle time.Duration
+}
+
+// SetTimeouts gives the current request bounds of its own. Call it from
+// ServeRequest, before RoundTrip; they last for this request.
+func (cc *Conn) SetTimeouts(t Timeouts) { cc.req.timeouts = t }
+
+// OnUpstreamFailure makes RoundTrip answer with f's status code, header
+// lines (each ending in CRLF) and body, instead of its own 502 or 504,
+// when the upstream cannot be reached, answers garbage or does not answer
+// in time, before anything of a response went to the client (the
+// Handler's UpstreamError is still called, to log it). Call it from
+// ServeRequest, before RoundTrip; it lasts for this request.
+func (cc *Conn) OnUpstreamFailure(f func(err error) (code int, header, body string)) {
+	cc.req.onFail = f
+}
+
+// responseHeaderTimeout is the current request's response-header timeout.
+func (cc *Conn) responseHeaderTimeout() time.Duration {
+	if d := cc.req.timeouts.ResponseHeader; d > 0 {
+		return d
+	}
+	return cc.o.ResponseHeaderTimeout
+}
+
+// streamIdleTimeout is the current request's stream idle timeout.
+func (cc *Conn) streamIdleTimeout() time.Duration {
+	if d := cc.req.timeouts.StreamIdle; d > 0 {
+		return d
+	}
+	return cc.o.TunnelIdleTimeout
+}
+
+// errStreamTimeout: a response body stalled past the stream idle timeout,
+// or did not end within the request timeout.
+var errStreamTimeout = errors.New("the response stalled past the stream idle timeout or outlasted the request timeout")
+
 // RoundTrip sends the request to up and copies the response back to the
 // client; it reports whether the client connection may carry another
 // request. A 101 response turns the connection into a byte tunnel until
@@ -64,6 +116,9 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 		inline = true
 	}
 	streamBody := rq.hasBody() && !inline
+	if d := cc.req.timeouts.Request; d > 0 {
+		cc.req.reqDeadline = time.Now().Add(d)
+	}
 	defer cc.upstream.Store(nil)
 	var uc *upConn
 	var rs response
@@ -235,12 +290,15 @@ func (cc *Conn) awaitResponse(uc *upConn, dl *time.Time) error {
 	defer func() { *dl = deadline }()
 	for !headBuffered(uc.br) && uc.br.Buffered() < uc.br.Size() {
 		now := time.Now()
-		if deadline.IsZero() && cc.o.ResponseHeaderTimeout > 0 && cc.bodyFinished() {
-			deadline = now.Add(cc.o.ResponseHeaderTimeout)
+		if rht := cc.responseHeaderTimeout(); deadline.IsZero() && rht > 0 && cc.bodyFinished() {
+			deadline = now.Add(rht)
 		}
 		next := now.Add(clientCheck)
 		if !deadline.IsZero() && deadline.Before(next) {
 			next = deadline
+		}
+		if rd := cc.req.reqDeadline; !rd.IsZero() && rd.Before(next) {
+			next = rd
 		}
 		uc.c.SetReadDeadline(next)
 		_, err := uc.br.Peek(uc.br.Buffered() + 1)
@@ -254,7 +312,10 @@ func (cc *Conn) awaitResponse(uc *upConn, dl *time.Time) error {
 			return err
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			return &ResponseTimeoutError{After: cc.o.ResponseHeaderTimeout}
+			return &ResponseTimeoutError{After: cc.responseHeaderTimeout()}
+		}
+		if rd := cc.req.reqDeadline; !rd.IsZero() && !time.Now().Before(rd) {
+			return &ResponseTimeoutError{After: cc.req.timeouts.Request}
 		}
 		if cc.clientGone() {
 			return errClientGone
@@ -404,6 +465,9 @@ func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 			if _, werr := dst.Write(out); werr != nil {
 				return werr
 			}
+			if cc.req.timeouts.StreamIdle > 0 || cc.o.TunnelIdleTimeout > 0 {
+				cc.req.upLast.Store(time.Now().UnixNano())
+			}
 		}
 		src.Discard(n)
 		if err != nil {
@@ -422,7 +486,12 @@ func (cc *Conn) pumpRequestBody(dst *net.TCPConn, f *framing) error {
 func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent bool, err error) {
 	src := uc.br
 	pending := pre
+	idle, rd := cc.streamIdleTimeout(), cc.req.reqDeadline
+	last := time.Now() // of a byte from the app
 	for !f.done() {
+		if !rd.IsZero() && !time.Now().Before(rd) {
+			return sent, errStreamTimeout
+		}
 		if src.Buffered() == 0 {
 			if len(pending) > 0 {
 				sent = true
@@ -446,12 +515,16 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 				if cc.clientGone() {
 					return sent, errClientGone
 				}
+				if cc.streamExpired(time.Now(), last, idle, rd) {
+					return sent, errStreamTimeout
+				}
 				uc.c.SetReadDeadline(time.Now().Add(clientCheck))
 			}
 			if f.done() {
 				break
 			}
 			cc.req.now = time.Now() // a stream: keep the write deadline moving
+			last = cc.req.now
 		}
 		b, _ := src.Peek(src.Buffered())
 		var n int
@@ -505,6 +578,23 @@ func (cc *Conn) pump(dst *net.TCPConn, uc *upConn, pre []byte, f *framing) (sent
 	return sent, nil
 }
 
+// streamExpired reports whether, at now, a response body whose last byte
+// from the app came at last has outlasted the request timeout's deadline
+// rd, or has had no byte either way (the request body's included) for
+// idle.
+func (cc *Conn) streamExpired(now, last time.Time, idle time.Duration, rd time.Time) bool {
+	if !rd.IsZero() && !now.Before(rd) {
+		return true
+	}
+	if idle <= 0 {
+		return false
+	}
+	if up := cc.req.upLast.Load(); up > last.UnixNano() {
+		last = time.Unix(0, up)
+	}
+	return now.Sub(last) >= idle
+}
+
 // chunkBufs hold request bodies re-framed on their way to the app (the
 // response's are in Conn.chunk: both may be under way at once).
 var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, clientBufSize+64); return &b }}
@@ -548,7 +638,12 @@ func (cc *Conn) upstreamFailed(up *Upstream, rq *Request, err error) bool {
 	}
 	keep := code == 502 && !rq.hasBody() && !rq.closeAfter && !cc.draining()
 	msg := cc.h.UpstreamError(up, err) + "\n"
-	cc.writeResponse(code, msg, keep)
+	header := ""
+	if f := cc.req.onFail; f != nil {
+		code, header, msg = f(err)
+		keep = !rq.hasBody() && !rq.closeAfter && !cc.draining()
+	}
+	cc.writeResponse(code, header, msg, keep)
 	if !keep {
 		cc.closeGently()
 	}

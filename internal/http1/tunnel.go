@@ -40,7 +40,7 @@ func (cc *Conn) tunnel(uc *upConn) {
 		return
 	}
 	cc.resp = cc.resp[:0]
-	t := &tunnelState{idle: cc.o.TunnelIdleTimeout, grace: cc.o.HalfCloseTimeout, client: cc.c}
+	t := &tunnelState{idle: cc.streamIdleTimeout(), grace: cc.o.HalfCloseTimeout, client: cc.c}
 	if t.grace <= 0 {
 		t.grace = DefaultHalfCloseTimeout
 	}
