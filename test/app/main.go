@@ -36,7 +36,11 @@ type config struct {
 	readyPath    string
 	readyAfter   time.Duration
 	name         string
-	hostileStats string // a hostile /stats answer instead of the app (see hostileModes)
+	// inFlightHeaders adds X-App-In-Flight and X-App-Max-In-Flight to
+	// every counted response (off by default: the benchmarks' app answers
+	// as it always did).
+	inFlightHeaders bool
+	hostileStats    string // a hostile /stats answer instead of the app (see hostileModes)
 }
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -64,6 +68,14 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	dur(&c.delay, "delay", "DELAY", "added to every request")
 	str(&c.readyPath, "ready-path", "READY_PATH", "path that answers 200 once serving")
 	dur(&c.readyAfter, "ready-after", "READY_AFTER", "the ready path answers 503 for this long after the port is bound (an app warming up behind its readiness probe; every response then says X-App-Ready)")
+	if v := getenv("IN_FLIGHT_HEADERS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("IN_FLIGHT_HEADERS=%q: not a boolean", v))
+		}
+		c.inFlightHeaders = b
+	}
+	fs.BoolVar(&c.inFlightHeaders, "in-flight-headers", c.inFlightHeaders, "say on every response but the ready path's how many requests were in flight when it arrived (X-App-In-Flight) and the most at once so far (X-App-Max-In-Flight) (env IN_FLIGHT_HEADERS)")
 	str(&c.hostileStats, "hostile-stats", "HOSTILE_STATS", "serve, on --listen, a hostile answer to every request instead of the app, as a pod that poses as an ebb sidecar would: "+strings.Join(hostileModeNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		problems = append(problems, err)
@@ -161,6 +173,8 @@ func newHandler(cfg config) http.Handler {
 	yes, no := []string{"true"}, []string{"false"}
 	startedHeader := []string{started.Format(time.RFC3339Nano)}
 
+	var load loadMeter
+
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus("ebb.test", healthpb.HealthCheckResponse_SERVING)
@@ -172,8 +186,20 @@ func newHandler(cfg config) http.Handler {
 			gs.ServeHTTP(w, r)
 			return
 		}
+		if r.URL.Path == inFlightPath {
+			load.serve(w)
+			return
+		}
 		if r.URL.Path == cfg.readyPath {
 			w.Header()["X-App-Started"] = startedHeader
+		} else {
+			// Every request but the ready path's (probes go straight to
+			// the app's port) and the meter's own is counted.
+			n := load.begin()
+			defer load.end()
+			if cfg.inFlightHeaders {
+				w.Header()["X-App-In-Flight"] = []string{strconv.FormatInt(n, 10)}
+			}
 		}
 		if cfg.readyAfter > 0 {
 			ready := !time.Now().Before(readyAt)
@@ -194,6 +220,9 @@ func newHandler(cfg config) http.Handler {
 			if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil && d > 0 {
 				time.Sleep(d)
 			}
+		}
+		if cfg.inFlightHeaders && r.URL.Path != cfg.readyPath {
+			w.Header()["X-App-Max-In-Flight"] = []string{strconv.FormatInt(load.max.Load(), 10)}
 		}
 		path := r.URL.Path
 		if strings.HasPrefix(path, "/hello/") {
@@ -252,13 +281,58 @@ func serveSSE(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveWebSocket echoes every message until the peer closes.
+// inFlightPath answers how many requests the app has in flight, the most
+// it has had at once and how many it has served (loadMeter.serve), itself
+// not counted: a test reads it from the pod's own address, past the
+// sidecar, to see what the app was given at once.
+const inFlightPath = "/inflight"
+
+// loadMeter counts the requests the app serves: in flight now, the most in
+// flight at once since the process started, and the total.
+type loadMeter struct {
+	inFlight, max, total atomic.Int64
+}
+
+// begin counts a request in and returns the number in flight with it.
+func (m *loadMeter) begin() int64 {
+	m.total.Add(1)
+	n := m.inFlight.Add(1)
+	for {
+		most := m.max.Load()
+		if n <= most || m.max.CompareAndSwap(most, n) {
+			return n
+		}
+	}
+}
+
+func (m *loadMeter) end() { m.inFlight.Add(-1) }
+
+// serve answers the figures as headers X-App-In-Flight, X-App-Max-In-Flight,
+// X-App-Requests and as the body "in-flight N\nmax-in-flight N\nrequests N\n".
+func (m *loadMeter) serve(w http.ResponseWriter) {
+	in, most, total := strconv.FormatInt(m.inFlight.Load(), 10), strconv.FormatInt(m.max.Load(), 10), strconv.FormatInt(m.total.Load(), 10)
+	h := w.Header()
+	h["Content-Type"] = textPlain
+	h["X-App-In-Flight"], h["X-App-Max-In-Flight"], h["X-App-Requests"] = []string{in}, []string{most}, []string{total}
+	io.WriteString(w, "in-flight "+in+"\nmax-in-flight "+most+"\nrequests "+total+"\n")
+}
+
+// serveWebSocket echoes every message until the peer closes. With
+// ?silent=1 it accepts the upgrade and then never sends a byte and takes
+// no notice of what it receives (an app that stopped answering on a
+// tunnel), until the connection is closed.
 func serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	c, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // Upgrade has answered already
 	}
 	defer c.Close()
+	if r.URL.Query().Get("silent") == "1" {
+		// Read only to learn that the connection closed; nothing read is
+		// answered, not even a ping or a close frame.
+		_, _ = io.Copy(io.Discard, c.NetConn())
+		return
+	}
 	for {
 		mt, msg, err := c.ReadMessage()
 		if err != nil {

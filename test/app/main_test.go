@@ -204,3 +204,149 @@ func TestHostileStats(t *testing.T) {
 		}
 	}
 }
+
+// inflight reads the app's load figures from /inflight.
+func inflight(t *testing.T, base string) (inFlight, most, total string) {
+	t.Helper()
+	resp, err := http.Get(base + inFlightPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	h := resp.Header
+	if want := "in-flight " + h.Get("X-App-In-Flight") + "\nmax-in-flight " + h.Get("X-App-Max-In-Flight") + "\nrequests " + h.Get("X-App-Requests") + "\n"; string(b) != want {
+		t.Errorf("%s body %q, want %q (its headers)", inFlightPath, b, want)
+	}
+	return h.Get("X-App-In-Flight"), h.Get("X-App-Max-In-Flight"), h.Get("X-App-Requests")
+}
+
+// TestLoadMeter: three overlapping requests are in flight at once, each
+// response says how many were in flight when it arrived and the most at
+// once; the ready path and /inflight itself are not counted.
+func TestLoadMeter(t *testing.T) {
+	if c, err := parseConfig(nil, func(k string) string { return map[string]string{"IN_FLIGHT_HEADERS": "true"}[k] }); err != nil || !c.inFlightHeaders {
+		t.Errorf("IN_FLIGHT_HEADERS=true: in-flight headers %v, %v", c.inFlightHeaders, err)
+	}
+	plain, _, _ := startApp(t, config{readyPath: "/healthz", name: "x"})
+	resp, err := http.Get("http://" + plain + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("X-App-In-Flight") != "" || resp.Header.Get("X-App-Max-In-Flight") != "" {
+		t.Errorf("without --in-flight-headers a response says %v", resp.Header)
+	}
+	addr, _, _ := startApp(t, config{readyPath: "/healthz", name: "x", inFlightHeaders: true})
+	base := "http://" + addr
+	if code, _ := body(t, http.DefaultClient, base+"/healthz"); code != 200 {
+		t.Fatalf("/healthz: %d", code)
+	}
+	if diff := cmp.Diff([3]string{"0", "0", "0"}, func() [3]string { a, b, c := inflight(t, base); return [3]string{a, b, c} }()); diff != "" {
+		t.Errorf("before any request, the ready path's not counted (-want +got):\n%s", diff)
+	}
+	type answer struct {
+		status          int
+		arrived, atMost string
+	}
+	answers := make(chan answer, 3)
+	for range 3 {
+		go func() {
+			resp, err := http.Get(base + "/?delay=1s")
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, resp.Header.Get("X-App-In-Flight"), resp.Header.Get("X-App-Max-In-Flight")}
+		}()
+	}
+	deadline := time.Now().Add(900 * time.Millisecond)
+	for {
+		if in, _, _ := inflight(t, base); in == "3" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("three requests of 1 s sent at once never showed 3 in flight")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	arrived := map[string]int{}
+	for range 3 {
+		a := <-answers
+		if a.status != 200 || a.atMost != "3" {
+			t.Errorf("answer %+v: want 200 with X-App-Max-In-Flight 3", a)
+		}
+		arrived[a.arrived]++
+	}
+	if diff := cmp.Diff(map[string]int{"1": 1, "2": 1, "3": 1}, arrived); diff != "" {
+		t.Errorf("X-App-In-Flight on arrival (-want +got):\n%s", diff)
+	}
+	resp, err = http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := [2]string{resp.Header.Get("X-App-In-Flight"), resp.Header.Get("X-App-Max-In-Flight")}; got != [2]string{"1", "3"} {
+		t.Errorf("a lone request after them says in flight, most %v, want [1 3]", got)
+	}
+	if in, most, total := inflight(t, base); in != "0" || most != "3" || total != "4" {
+		t.Errorf("%s after 4 requests: in flight %s, most %s, total %s; want 0, 3, 4", inFlightPath, in, most, total)
+	}
+}
+
+// TestSilentWebSocket: /ws?silent=1 accepts the upgrade and then answers
+// nothing, not even a ping; it is in flight until the client closes it.
+func TestSilentWebSocket(t *testing.T) {
+	addr, _, _ := startApp(t, config{readyPath: "/healthz", name: "x"})
+	base := "http://" + addr
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws?silent=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, []byte("anyone?")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteControl(websocket.PingMessage, []byte("ping"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	pong := make(chan struct{}, 1)
+	ws.SetPongHandler(func(string) error { pong <- struct{}{}; return nil })
+	ws.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if mt, m, err := ws.ReadMessage(); err == nil {
+		t.Errorf("silent WebSocket sent a message (type %d): %q", mt, m)
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Errorf("silent WebSocket: read error %v, want a timeout (nothing sent, not closed)", err)
+	}
+	select {
+	case <-pong:
+		t.Error("silent WebSocket answered a ping")
+	default:
+	}
+	if in, _, _ := inflight(t, base); in != "1" {
+		t.Errorf("in flight with the silent WebSocket open: %s, want 1", in)
+	}
+	ws.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		in, _, _ := inflight(t, base)
+		if in == "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("in flight 2 s after the client closed the silent WebSocket: %s, want 0 (the app saw the close)", in)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The echo mode is unchanged.
+	echo, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	echo.WriteMessage(websocket.TextMessage, []byte("hi"))
+	echo.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, m, err := echo.ReadMessage(); err != nil || string(m) != "hi" {
+		t.Errorf("/ws echo: %q, %v", m, err)
+	}
+}
