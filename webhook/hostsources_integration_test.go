@@ -104,24 +104,24 @@ func TestHostsFromIngress(t *testing.T) {
 	c, _ := newClient(t)
 	ns := "ingress-hosts"
 	makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
-	routedApp(t, c, ns, "hello", "hello.example.com")
-	annotation := routingv1alpha1.HostSource{Host: "hello.example.com", From: []string{"annotation ebb.dev/hosts"}}
+	routedApp(t, c, ns, "hello", "hello.ingress-hosts.test")
+	annotation := routingv1alpha1.HostSource{Host: "hello.ingress-hosts.test", From: []string{"annotation ebb.dev/hosts"}}
 	wantHosts(t, c, ns, "hello", nil, []routingv1alpha1.HostSource{annotation})
 
 	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{
-		prefixRule("hello.example.com", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
-		prefixRule("API.example.com", "/api", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Name: "http"}),
+		prefixRule("hello.ingress-hosts.test", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
+		prefixRule("API.ingress-hosts.test", "/api", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Name: "http"}),
 		prefixRule("", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
 	}}}
-	ing.Spec.Rules[1].Host = "api.example.com" // the API server refuses upper case
+	ing.Spec.Rules[1].Host = "api.ingress-hosts.test" // the API server refuses upper case
 	if err := c.Create(ctx, ing); err != nil {
 		t.Fatal(err)
 	}
 	wantHosts(t, c, ns, "hello",
-		[]routingv1alpha1.HostPaths{{Host: "api.example.com", PathPrefixes: []string{"/api"}}, {Host: "hello.example.com"}},
+		[]routingv1alpha1.HostPaths{{Host: "api.ingress-hosts.test", PathPrefixes: []string{"/api"}}, {Host: "hello.ingress-hosts.test"}},
 		[]routingv1alpha1.HostSource{
-			{Host: "api.example.com", From: []string{"Ingress/web"}},
-			{Host: "hello.example.com", From: []string{"Ingress/web", "annotation ebb.dev/hosts"}},
+			{Host: "api.ingress-hosts.test", From: []string{"Ingress/web"}},
+			{Host: "hello.ingress-hosts.test", From: []string{"Ingress/web", "annotation ebb.dev/hosts"}},
 		})
 	testwait.Check(t, 10*time.Second, func() error {
 		return wantRouteEvent(ctx, c, ns, "hello", "HostsSkipped", "Ingress/web rule 3: no host (it matches every host, which no app may claim)")
@@ -136,18 +136,18 @@ func TestHostsFromIngress(t *testing.T) {
 		t.Fatal(err)
 	}
 	ing.Spec.Rules = []networkingv1.IngressRule{
-		prefixRule("api.example.com", "/v2", networkingv1.PathTypeExact, networkingv1.ServiceBackendPort{Number: 80}),
-		prefixRule("*.apps.example.com", "/", networkingv1.PathTypeImplementationSpecific, networkingv1.ServiceBackendPort{Number: 80}),
-		prefixRule("metrics.example.com", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 9090}),
+		prefixRule("api.ingress-hosts.test", "/v2", networkingv1.PathTypeExact, networkingv1.ServiceBackendPort{Number: 80}),
+		prefixRule("*.apps.ingress-hosts.test", "/", networkingv1.PathTypeImplementationSpecific, networkingv1.ServiceBackendPort{Number: 80}),
+		prefixRule("metrics.ingress-hosts.test", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 9090}),
 	}
 	if err := c.Update(ctx, ing); err != nil {
 		t.Fatal(err)
 	}
 	wantHosts(t, c, ns, "hello",
-		[]routingv1alpha1.HostPaths{{Host: "*.apps.example.com"}, {Host: "api.example.com", PathPrefixes: []string{"/v2"}}},
+		[]routingv1alpha1.HostPaths{{Host: "*.apps.ingress-hosts.test"}, {Host: "api.ingress-hosts.test", PathPrefixes: []string{"/v2"}}},
 		[]routingv1alpha1.HostSource{
-			{Host: "*.apps.example.com", From: []string{"Ingress/web"}},
-			{Host: "api.example.com", From: []string{"Ingress/web"}},
+			{Host: "*.apps.ingress-hosts.test", From: []string{"Ingress/web"}},
+			{Host: "api.ingress-hosts.test", From: []string{"Ingress/web"}},
 			annotation,
 		})
 
@@ -171,7 +171,7 @@ func TestIngressHostsConflict(t *testing.T) {
 		}
 		routedApp(t, c, ns, "hello", "")
 		ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{
-			prefixRule("shared.example.com", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
+			prefixRule("shared.ingress-conflict.test", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
 		}}}
 		if err := c.Create(ctx, ing); err != nil {
 			t.Fatal(err)
@@ -190,7 +190,7 @@ func TestIngressHostsConflict(t *testing.T) {
 			return nil
 		}
 	}
-	testwait.Check(t, 10*time.Second, younger(metav1.ConditionTrue, "host shared.example.com path / (ClaimedByOlderRoute: AppRoute ingress-a/hello serves it)"))
+	testwait.Check(t, 10*time.Second, younger(metav1.ConditionTrue, "host shared.ingress-conflict.test path / (ClaimedByOlderRoute: AppRoute ingress-a/hello serves it)"))
 	if err := wantCondition(ctx, c, "ingress-a", "hello", routingv1alpha1.ConditionConflicted, metav1.ConditionFalse, "NoConflict"); err != nil {
 		t.Error(err)
 	}
@@ -248,26 +248,26 @@ func TestHostsFromHTTPRoute(t *testing.T) {
 	makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
 	routedApp(t, c, ns, "hello", "")
 	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{
-		prefixRule("ingress.example.com", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
+		prefixRule("ingress.httproute-hosts.test", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
 	}}}
 	if err := c.Create(ctx, ing); err != nil {
 		t.Fatal(err)
 	}
-	fromIngress := routingv1alpha1.HostSource{Host: "ingress.example.com", From: []string{"Ingress/web"}}
-	wantHosts(t, c, ns, "hello", []routingv1alpha1.HostPaths{{Host: "ingress.example.com"}}, []routingv1alpha1.HostSource{fromIngress})
+	fromIngress := routingv1alpha1.HostSource{Host: "ingress.httproute-hosts.test", From: []string{"Ingress/web"}}
+	wantHosts(t, c, ns, "hello", []routingv1alpha1.HostPaths{{Host: "ingress.httproute-hosts.test"}}, []routingv1alpha1.HostSource{fromIngress})
 
 	crd := gatewayCRD(t)
 	if _, err := envtest.InstallCRDs(env.Config, crd); err != nil {
 		t.Fatal(err)
 	}
-	hr := httpRoute(ns, "gw", []string{"gw.example.com", "*.gw.example.com"}, "PathPrefix", "/api/")
+	hr := httpRoute(ns, "gw", []string{"gw.httproute-hosts.test", "*.gw.httproute-hosts.test"}, "PathPrefix", "/api/")
 	// The API server may take a moment to serve the new CRD.
 	testwait.Check(t, 10*time.Second, func() error { return c.Create(ctx, hr.DeepCopy()) })
 	wantHosts(t, c, ns, "hello",
-		[]routingv1alpha1.HostPaths{{Host: "*.gw.example.com", PathPrefixes: []string{"/api"}}, {Host: "gw.example.com", PathPrefixes: []string{"/api"}}, {Host: "ingress.example.com"}},
+		[]routingv1alpha1.HostPaths{{Host: "*.gw.httproute-hosts.test", PathPrefixes: []string{"/api"}}, {Host: "gw.httproute-hosts.test", PathPrefixes: []string{"/api"}}, {Host: "ingress.httproute-hosts.test"}},
 		[]routingv1alpha1.HostSource{
-			{Host: "*.gw.example.com", From: []string{"HTTPRoute/gw"}},
-			{Host: "gw.example.com", From: []string{"HTTPRoute/gw"}},
+			{Host: "*.gw.httproute-hosts.test", From: []string{"HTTPRoute/gw"}},
+			{Host: "gw.httproute-hosts.test", From: []string{"HTTPRoute/gw"}},
 			fromIngress,
 		})
 
@@ -275,31 +275,31 @@ func TestHostsFromHTTPRoute(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(hr), hr); err != nil {
 		t.Fatal(err)
 	}
-	edited := httpRoute(ns, "gw", []string{"gw.example.com"}, "Exact", "/login")
+	edited := httpRoute(ns, "gw", []string{"gw.httproute-hosts.test"}, "Exact", "/login")
 	hr.Object["spec"] = edited.Object["spec"]
 	if err := c.Update(ctx, hr); err != nil {
 		t.Fatal(err)
 	}
 	wantHosts(t, c, ns, "hello",
-		[]routingv1alpha1.HostPaths{{Host: "gw.example.com", PathPrefixes: []string{"/login"}}, {Host: "ingress.example.com"}},
-		[]routingv1alpha1.HostSource{{Host: "gw.example.com", From: []string{"HTTPRoute/gw"}}, fromIngress})
+		[]routingv1alpha1.HostPaths{{Host: "gw.httproute-hosts.test", PathPrefixes: []string{"/login"}}, {Host: "ingress.httproute-hosts.test"}},
+		[]routingv1alpha1.HostSource{{Host: "gw.httproute-hosts.test", From: []string{"HTTPRoute/gw"}}, fromIngress})
 
 	if err := c.Delete(ctx, hr); err != nil {
 		t.Fatal(err)
 	}
-	wantHosts(t, c, ns, "hello", []routingv1alpha1.HostPaths{{Host: "ingress.example.com"}}, []routingv1alpha1.HostSource{fromIngress})
+	wantHosts(t, c, ns, "hello", []routingv1alpha1.HostPaths{{Host: "ingress.httproute-hosts.test"}}, []routingv1alpha1.HostSource{fromIngress})
 
 	// The CRD deleted with an HTTPRoute in place: its hosts go.
-	if err := c.Create(ctx, httpRoute(ns, "again", []string{"again.example.com"}, "PathPrefix", "/")); err != nil {
+	if err := c.Create(ctx, httpRoute(ns, "again", []string{"again.httproute-hosts.test"}, "PathPrefix", "/")); err != nil {
 		t.Fatal(err)
 	}
 	wantHosts(t, c, ns, "hello",
-		[]routingv1alpha1.HostPaths{{Host: "again.example.com"}, {Host: "ingress.example.com"}},
-		[]routingv1alpha1.HostSource{{Host: "again.example.com", From: []string{"HTTPRoute/again"}}, fromIngress})
+		[]routingv1alpha1.HostPaths{{Host: "again.httproute-hosts.test"}, {Host: "ingress.httproute-hosts.test"}},
+		[]routingv1alpha1.HostSource{{Host: "again.httproute-hosts.test", From: []string{"HTTPRoute/again"}}, fromIngress})
 	if err := envtest.UninstallCRDs(env.Config, crd); err != nil {
 		t.Fatal(err)
 	}
-	wantHosts(t, c, ns, "hello", []routingv1alpha1.HostPaths{{Host: "ingress.example.com"}}, []routingv1alpha1.HostSource{fromIngress})
+	wantHosts(t, c, ns, "hello", []routingv1alpha1.HostPaths{{Host: "ingress.httproute-hosts.test"}}, []routingv1alpha1.HostSource{fromIngress})
 	if err := wantCondition(ctx, c, ns, "hello", routingv1alpha1.ConditionReady, metav1.ConditionTrue, "Routed"); err != nil {
 		t.Error(err)
 	}
