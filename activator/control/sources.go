@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -27,6 +29,7 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/routing"
+	"github.com/ebb-dev/ebb/internal/staticanswer"
 )
 
 // PlaceholderAnnotation (<suffix>/placeholder: "true" on an AppRoute, which
@@ -62,7 +65,8 @@ type sources struct {
 
 	mu       sync.Mutex // one rebuild at a time: the table swap and onScalers are single-writer
 	nextList time.Time
-	claims   routing.Claims // the DomainClaims last listed (under mu)
+	claims   routing.Claims                // the DomainClaims last listed (under mu)
+	built    map[routing.Key]compiledRoute // under mu
 }
 
 // indexSlicesByService lets the cache list a Service's EndpointSlices.
@@ -278,6 +282,15 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		if r.Spec.ColdStartTimeout != nil {
 			rt.Value.ColdStartTimeout = r.Spec.ColdStartTimeout.Duration
 		}
+		for d, v := range map[*time.Duration]*metav1.Duration{&rt.Value.Timeouts.Request: r.Spec.RequestTimeout, &rt.Value.Timeouts.ResponseHeader: r.Spec.ResponseHeaderTimeout, &rt.Value.Timeouts.StreamIdle: r.Spec.StreamIdleTimeout} {
+			if v != nil {
+				*d = v.Duration
+			}
+		}
+		rt.Value.Static, rt.Value.Page = s.compiled(r)
+		if f := r.Spec.Fallback; f != nil && f.Name != "" {
+			rt.Value.Fallback = s.fallbackAddr(ctx, r.Namespace, f)
+		}
 		if r.Spec.ScaleTargetRef.Kind == "Deployment" {
 			rt.Value.Deployment = r.Spec.ScaleTargetRef.Name
 		}
@@ -289,6 +302,17 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		table = append(table, rt)
 		endpoints = append(endpoints, appEps{key, eps})
 	}
+	if len(s.built) > 0 {
+		live := make(map[routing.Key]bool, len(table))
+		for _, r := range table {
+			live[r.Key] = true
+		}
+		for k := range s.built {
+			if !live[k] {
+				delete(s.built, k)
+			}
+		}
+	}
 	// Endpoints first, so a new route never answers from an empty set it
 	// already has endpoints for.
 	for _, e := range endpoints {
@@ -298,6 +322,83 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 	if s.onScalers != nil && s.cfg.ScalerService != "" {
 		s.onScalers(s.scalerAddresses(ctx))
 	}
+}
+
+// compiledRoute is what sources builds from an AppRoute's spec once per
+// generation, so that an unchanged route keeps the same pointers (the
+// Router compares AppConfigs whole).
+type compiledRoute struct {
+	generation int64
+	static     *staticanswer.Set
+	page       *proxy.Page
+}
+
+// compiled returns r's static responses and placeholder page, built once
+// per generation of r. Rules the webhook let through but Compile refuses
+// are logged and left out (admission refuses them first).
+func (s *sources) compiled(r *routingv1alpha1.AppRoute) (*staticanswer.Set, *proxy.Page) {
+	key := routing.Key{Namespace: r.Namespace, Name: r.Name}
+	if c, ok := s.built[key]; ok && c.generation == r.Generation {
+		return c.static, c.page
+	}
+	c := compiledRoute{generation: r.Generation}
+	if len(r.Spec.StaticResponses) > 0 {
+		set, err := staticanswer.Compile(StaticRules(r.Spec.StaticResponses))
+		if err != nil {
+			s.log.Error(err, "static responses of an AppRoute refused; the route serves without them", "route", key.String())
+		} else {
+			c.static = set
+		}
+	}
+	if p := r.Spec.Placeholder; p != nil {
+		fields := make([][2]string, len(p.Headers))
+		for i, h := range p.Headers {
+			fields[i] = [2]string{h.Name, h.Value}
+		}
+		c.page = proxy.NewPage(int(cmp.Or(p.Status, 503)), fields, p.Body)
+	}
+	if s.built == nil {
+		s.built = map[routing.Key]compiledRoute{}
+	}
+	s.built[key] = c
+	return c.static, c.page
+}
+
+// StaticRules converts an AppRoute's static responses into
+// staticanswer's rules.
+func StaticRules(in []routingv1alpha1.StaticResponse) []staticanswer.Rule {
+	out := make([]staticanswer.Rule, len(in))
+	for i, sr := range in {
+		r := staticanswer.Rule{Name: sr.Name, When: sr.When, Method: sr.Match.Method, Status: int(sr.Response.Status), Body: sr.Response.Body}
+		if p := sr.Match.Path; p != nil {
+			r.PathType, r.Path = p.Type, p.Value
+		}
+		for _, h := range sr.Match.Headers {
+			r.Headers = append(r.Headers, staticanswer.Header{Name: h.Name, Value: h.Value})
+		}
+		for _, h := range sr.Response.Headers {
+			r.ResponseHeaders = append(r.ResponseHeaders, staticanswer.Header{Name: h.Name, Value: h.Value})
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// fallbackAddr is ClusterIP:port of the fallback Service ref in ns: the
+// port ref names, or the Service's first TCP port; "" (logged) when the
+// Service is not in the cache, is headless or has no such port.
+func (s *sources) fallbackAddr(ctx context.Context, ns string, ref *routingv1alpha1.ServiceReference) string {
+	svc := s.service(ctx, ns, ref.Name)
+	if svc == nil || svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		s.log.V(1).Info("fallback Service not found or headless; held requests get no fallback", "namespace", ns, "service", ref.Name)
+		return ""
+	}
+	ports := routePorts(svc, ref.Port)
+	if len(ports) == 0 {
+		s.log.V(1).Info("fallback Service has no such TCP port; held requests get no fallback", "namespace", ns, "service", ref.Name, "port", ref.Port)
+		return ""
+	}
+	return net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(ports[0].Port)))
 }
 
 // endpoints lists the app endpoints of svc behind the first of ports (the

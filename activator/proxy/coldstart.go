@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -122,7 +123,7 @@ func (rt *Router) beginColdStart(a *app, now time.Time) {
 	if rt.opts.Watcher == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), rt.timeout(a)+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(a.cfg.Load().ColdStartTimeout, rt.opts.ColdStartTimeout)+time.Minute)
 	cs.cancel = cancel
 	rt.opts.Watcher.Watch(ctx, a.key.Namespace, a.key.Name, a.cfg.Load().Deployment, now, func(i int, t time.Time) {
 		a.mu.Lock()

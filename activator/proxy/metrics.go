@@ -43,12 +43,17 @@ type Metrics struct {
 	routes         prometheus.Gauge
 
 	proxied, released, notFound, rejected, timedOut, canceled, placeholder prometheus.Counter
+	// requests makes the outcomes that most activators never see on their
+	// first use: static, fallback.
+	requests                 *prometheus.CounterVec
+	staticOnce, fallbackOnce sync.Once
+	static, fallback         prometheus.Counter
 }
 
 // NewMetrics registers the activator's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	appLabels := []string{"namespace", "app"}
-	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricRequests, Help: "Requests by outcome: proxied (warm), released (held, then forwarded), not_found, rejected (queue full), timeout, canceled (client left while held), placeholder."}, []string{"outcome"})
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricRequests, Help: "Requests by outcome: proxied (warm), released (held, then forwarded), not_found, rejected (queue full), timeout, canceled (client left while held), placeholder, static (answered by a static response of the route), fallback (sent to the route's fallback Service at its cold-start timeout or with its queue full)."}, []string{"outcome"})
 	m := &Metrics{
 		held:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricHeld, Help: "Requests held now, per app: what the scaler adds to the sidecars' in-flight."}, appLabels),
 		coldStart:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricColdStart, Help: "From the first request held for an app at zero to the first ready pod, per app.", Buckets: coldStartBuckets}, appLabels),
@@ -57,6 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		queueFull:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricQueueFull, Help: "Requests answered 503 because the app's hold queue or the global cap was full, per app."}, appLabels),
 		routes:         prometheus.NewGauge(prometheus.GaugeOpts{Name: metricRoutes, Help: "AppRoutes in the routing table this replica serves."}),
 	}
+	m.requests = requests
 	m.proxied = requests.WithLabelValues("proxied")
 	m.released = requests.WithLabelValues("released")
 	m.notFound = requests.WithLabelValues("not_found")
@@ -127,6 +133,20 @@ func (m *Metrics) observePhases(phases *[nMarks - 1]time.Duration) {
 	for i, p := range phases {
 		m.phases[i].Observe(p.Seconds())
 	}
+}
+
+// countStatic counts a request answered by a static response; its series
+// is made with the first.
+func (m *Metrics) countStatic() {
+	m.staticOnce.Do(func() { m.static = m.requests.WithLabelValues("static") })
+	m.static.Inc()
+}
+
+// countFallback counts a request answered by a route's fallback; its
+// series is made with the first.
+func (m *Metrics) countFallback() {
+	m.fallbackOnce.Do(func() { m.fallback = m.requests.WithLabelValues("fallback") })
+	m.fallback.Inc()
 }
 
 // countTimeout counts a held request of a answered 504.

@@ -126,12 +126,15 @@ func (pk *parking) start() {
 // before it was sent): it keeps its start and deadline, so that an app
 // whose endpoints flap cannot hold it past its cold-start timeout; nil
 // for a new request.
-func (rt *Router) holdH1(cc *h1.Conn, a *app, again *parked) bool {
+func (rt *Router) holdH1(cc *h1.Conn, rq *h1.Request, a *app, again *parked) bool {
 	cfg := a.cfg.Load()
-	if cfg.Placeholder && string(cc.Method()) == http.MethodGet {
+	if (cfg.Placeholder || cfg.Page != nil) && string(cc.Method()) == http.MethodGet {
 		if accept, _ := cc.Header("accept"); strings.Contains(string(accept), "text/html") {
 			rt.opts.Metrics.placeholder.Inc()
 			rt.placeholderHold(a)
+			if p := cfg.Page; p != nil {
+				return cc.Answer(p.Status, p.lines, p.Body)
+			}
 			return cc.Answer(http.StatusServiceUnavailable, placeholderHeader, placeholderPage(a))
 		}
 	}
@@ -143,8 +146,12 @@ func (rt *Router) holdH1(cc *h1.Conn, a *app, again *parked) bool {
 	if again != nil {
 		start, deadline, timeout = again.start, again.deadline, again.timeout
 		if !deadline.After(now) {
+			msg := timedOutMsg(a, now.Sub(start), timeout)
+			if cfg.Fallback != "" {
+				return rt.fallbackH1(cc, rq, a, http.StatusGatewayTimeout, "", msg, rt.opts.Metrics.countTimeout)
+			}
 			rt.opts.Metrics.countTimeout(a)
-			return cc.Answer(http.StatusGatewayTimeout, "", timedOutMsg(a, now.Sub(start), timeout))
+			return cc.Answer(http.StatusGatewayTimeout, "", msg)
 		}
 	}
 	why := rt.admitHeld(a, now)
@@ -155,8 +162,12 @@ func (rt *Router) holdH1(cc *h1.Conn, a *app, again *parked) bool {
 		why = fmt.Sprintf("the activator holds its maximum of %d bytes of held requests", rt.opts.MaxHeldBytes)
 	}
 	if why != "" {
+		header, msg := "Retry-After: "+rt.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n"
+		if cfg.Fallback != "" && !rt.stopping() {
+			return rt.fallbackH1(cc, rq, a, http.StatusServiceUnavailable, header, msg, rt.opts.Metrics.countRejected)
+		}
 		rt.opts.Metrics.countRejected(a)
-		return cc.Answer(http.StatusServiceUnavailable, "Retry-After: "+rt.retryAfter()+"\r\n", "ebb-activator: "+why+"; retry later\n")
+		return cc.Answer(http.StatusServiceUnavailable, header, msg)
 	}
 	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, deadline, timeout, size) })
 }
@@ -265,10 +276,8 @@ func (pk *parking) expire() {
 		pk.timer.Reset(time.Until(pk.heap[0].deadline))
 	}
 	pk.mu.Unlock()
-	m := pk.router.opts.Metrics
 	for _, p := range due {
 		pk.router.leave(p.a)
-		m.countTimeout(p.a)
 		pk.resume(p, timedOut, timedOutMsg(p.a, now.Sub(p.start), p.timeout))
 	}
 }
@@ -336,6 +345,10 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 		p.hp.Resume(func(cc *h1.Conn, rq *h1.Request) bool {
 			switch v {
 			case timedOut:
+				if p.a.cfg.Load().Fallback != "" {
+					return pk.router.fallbackH1(cc, rq, p.a, http.StatusGatewayTimeout, "", msg, pk.router.opts.Metrics.countTimeout)
+				}
+				pk.router.opts.Metrics.countTimeout(p.a)
 				return cc.Answer(http.StatusGatewayTimeout, "", msg)
 			case routeGone:
 				return cc.Answer(http.StatusServiceUnavailable, "", msg)
@@ -362,7 +375,7 @@ func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
 		if a.gone.Load() {
 			return cc.Answer(http.StatusServiceUnavailable, "", fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key))
 		}
-		return rt.holdH1(cc, a, p)
+		return rt.holdH1(cc, rq, a, p)
 	}
 	rt.opts.Metrics.released.Inc()
 	var span trace.Span
@@ -380,6 +393,7 @@ func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
 			cc.SetTraceParent(tracing.TraceParent(b[:0], sc))
 		}
 	}
+	cc.SetTimeouts(rt.timeouts(a))
 	m, ok := a.heldMarks(heldAt)
 	var head time.Time
 	cc.OnResponseHead(func(int) {

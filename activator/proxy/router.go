@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"maps"
 	"net/http"
+	"net/http/httputil"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,22 +24,71 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ebb-dev/ebb/internal/holdpush"
+	h1 "github.com/ebb-dev/ebb/internal/http1"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/routing"
+	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
 // AppConfig is an app's holding settings, from its AppRoute; zero values
-// take the Router's defaults.
+// take the Router's defaults. It is compared whole (SetRoutes): its
+// pointers are built once per AppRoute generation by its maker.
 type AppConfig struct {
 	QueueSize        int
 	ColdStartTimeout time.Duration
 	// Placeholder answers browsers (Accept: text/html) during a cold start
 	// with a small page that refreshes itself, instead of holding them.
 	Placeholder bool
+	// Page is the route's own placeholder page (spec.placeholder): browsers
+	// get it instead of the built-in one during a cold start, with or
+	// without Placeholder.
+	Page *Page
+	// Static are the route's static responses (spec.staticResponses): a
+	// request one matches is answered from it while the app has no ready
+	// pod (any rule) or has one (Always rules), never held nor counted.
+	Static *staticanswer.Set
+	// Fallback is host:port of the fallback Service's ClusterIP
+	// (spec.fallback): a held request goes there at its cold-start timeout,
+	// and a request that finds the hold queue full goes there at once.
+	// Empty: none.
+	Fallback string
+	// Timeouts bound the requests forwarded to the app (warm, or released
+	// after a hold) and to its fallback: spec.requestTimeout,
+	// responseHeaderTimeout and streamIdleTimeout; zero fields take the
+	// Router's.
+	Timeouts h1.Timeouts
 	// Deployment is the app's Deployment (its AppRoute's scaleTargetRef),
 	// watched during a cold start; empty for other kinds.
 	Deployment string
+}
+
+// Page is a route's own placeholder page.
+type Page struct {
+	Status int
+	// Header is the page's header, Content-Type included (text/html;
+	// charset=utf-8 unless the route gives one); lines the same, for the
+	// HTTP/1.1 engine.
+	Header http.Header
+	lines  string
+	Body   string
+}
+
+// NewPage returns the page answered with status, the header fields
+// (name, value) in order, and body.
+func NewPage(status int, fields [][2]string, body string) *Page {
+	p := &Page{Status: status, Header: http.Header{}, Body: body}
+	var b strings.Builder
+	for _, f := range fields {
+		p.Header.Add(f[0], f[1])
+		b.WriteString(f[0] + ": " + f[1] + "\r\n")
+	}
+	if p.Header.Get("Content-Type") == "" {
+		p.Header.Set("Content-Type", "text/html; charset=utf-8")
+		b.WriteString("Content-Type: text/html; charset=utf-8\r\n")
+	}
+	p.lines = b.String()
+	return p
 }
 
 // Endpoint is one app endpoint as its Service's EndpointSlices list it.
@@ -64,6 +115,14 @@ const (
 	DefaultMaxHeldBytes     = 64 << 20
 	DefaultColdStartTimeout = 2 * time.Minute
 	DefaultProbeInterval    = 10 * time.Millisecond
+	// DefaultResponseHeaderTimeout is the sidecar's default too: longer
+	// than any live app takes to begin an answer.
+	DefaultResponseHeaderTimeout = 10 * time.Minute
+	// DefaultStreamIdleTimeout closes a WebSocket or a streamed response
+	// silent both ways for an hour: long enough for any live stream that
+	// sends keep-alives, short enough that a tunnel its client left does
+	// not keep the app from zero for good.
+	DefaultStreamIdleTimeout = time.Hour
 )
 
 // RouterOptions configure a Router.
@@ -85,8 +144,13 @@ type RouterOptions struct {
 	ProbeInterval time.Duration
 	// RetryAfter is sent with 503 when a queue is full.
 	RetryAfter time.Duration
-	Pusher     Pusher
-	Metrics    *Metrics
+	// RequestTimeout, ResponseHeaderTimeout and StreamIdleTimeout bound
+	// the requests forwarded to an app whose AppRoute sets none (see
+	// AppConfig.Timeouts); zero: none.
+	RequestTimeout, ResponseHeaderTimeout, StreamIdleTimeout time.Duration
+
+	Pusher  Pusher
+	Metrics *Metrics
 	// Requests records the requests forwarded; nil records none.
 	Requests *reqmetrics.Recorder
 	// Watcher observes the phases of cold starts on the API server; nil:
@@ -106,6 +170,7 @@ type Router struct {
 	opts      RouterOptions
 	table     atomic.Pointer[routing.Table[*app]]
 	upstreams *upstreams
+	fallback  *httputil.ReverseProxy // of every fallback, for net/http's path
 	probe     *http.Client
 	held      atomic.Int64 // across every app
 	heldBytes atomic.Int64 // ParkSize of the requests parked, across every app
@@ -148,6 +213,7 @@ func NewRouter(opts RouterOptions) *Router {
 		apps:    map[routing.Key]*app{},
 		stopped: make(chan struct{}),
 	}
+	rt.fallback = rt.upstreams.newFallbackProxy(rt)
 	rt.parking.router = rt
 	rt.table.Store(routing.Build[*app](nil, nil))
 	return rt
@@ -344,6 +410,9 @@ func (rt *Router) forgetUpstreams() {
 			keep[e.Addr] = true
 		}
 		a.mu.Unlock()
+		if f := a.cfg.Load().Fallback; f != "" {
+			keep[f] = true
+		}
 	}
 	rt.upstreams.forget(keep)
 }
@@ -424,12 +493,38 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := route.Value
-	if up := a.pick(); up != nil {
+	up := a.pick()
+	if set := a.cfg.Load().Static; set != nil {
+		if rule := set.Match(r.Method, requestTarget(r), func(name string) (string, bool) {
+			v := r.Header.Values(name)
+			if len(v) != 1 {
+				return "", false
+			}
+			return v[0], true
+		}); rule != nil && (up == nil || rule.When == staticanswer.Always) {
+			rt.opts.Metrics.countStatic()
+			rule.WriteHTTP(w, r.Method)
+			return
+		}
+	}
+	if up != nil {
 		rt.opts.Metrics.proxied.Inc()
+		r, cancel := rt.withTimeouts(r, a)
+		defer cancel()
 		rt.opts.Requests.Serve(up, w, r, time.Now())
 		return
 	}
 	rt.hold(w, r, a)
+}
+
+// requestTarget is r's target in origin form as received (an HTTP/2
+// request's :path); the path and query of one in absolute form, as
+// escaped in it.
+func requestTarget(r *http.Request) string {
+	if strings.HasPrefix(r.RequestURI, "/") {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
 }
 
 // notRouted is the 404 answer to a request for a host and path no app is
@@ -454,6 +549,8 @@ func (rt *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up
 			tracing.Propagator.Inject(ctx, otelprop.HeaderCarrier(r.Header))
 		}
 	}
+	r, cancel := rt.withTimeouts(r, a)
+	defer cancel()
 	m, ok := a.heldMarks(heldAt)
 	var head time.Time
 	rw := &reqmetrics.Writer{ResponseWriter: w, OnHead: func() {
@@ -472,11 +569,6 @@ func (rt *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up
 		}
 		span.End()
 	}
-}
-
-// timeout is a's cold-start timeout.
-func (rt *Router) timeout(a *app) time.Duration {
-	return cmp.Or(a.cfg.Load().ColdStartTimeout, rt.opts.ColdStartTimeout)
 }
 
 type admission int
@@ -572,10 +664,16 @@ func (rt *Router) admitHeld(a *app, start time.Time) string {
 // holdH1).
 func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	cfg := a.cfg.Load()
-	if cfg.Placeholder && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+	if (cfg.Placeholder || cfg.Page != nil) && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
 		rt.opts.Metrics.placeholder.Inc()
 		rt.placeholderHold(a)
 		h := w.Header()
+		if p := cfg.Page; p != nil {
+			maps.Copy(h, p.Header.Clone())
+			w.WriteHeader(p.Status)
+			io.WriteString(w, p.Body)
+			return
+		}
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		h.Set("Cache-Control", "no-store")
 		h.Set("Retry-After", strconv.Itoa(int(placeholderRefresh/time.Second)))
@@ -588,9 +686,14 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	// scaler) at this very time: the first request's wait is the cold start.
 	start := time.Now()
 	if why := rt.admitHeld(a, start); why != "" {
+		msg := "ebb-activator: " + why + "; retry later"
+		if cfg.Fallback != "" && !rt.stopping() {
+			rt.fallbackHTTP(w, r, a, http.StatusServiceUnavailable, rt.retryAfter(), msg, rt.opts.Metrics.countRejected)
+			return
+		}
 		rt.opts.Metrics.countRejected(a)
 		w.Header().Set("Retry-After", rt.retryAfter())
-		http.Error(w, "ebb-activator: "+why+"; retry later", http.StatusServiceUnavailable)
+		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
 	timer := time.NewTimer(timeout)
@@ -614,8 +717,13 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		case <-wake:
 		case <-timer.C:
 			rt.leave(a)
+			msg := fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)", a.key, time.Since(start).Round(time.Millisecond), timeout)
+			if a.cfg.Load().Fallback != "" {
+				rt.fallbackHTTP(w, r, a, http.StatusGatewayTimeout, "", msg, rt.opts.Metrics.countTimeout)
+				return
+			}
 			rt.opts.Metrics.countTimeout(a)
-			http.Error(w, fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)", a.key, time.Since(start).Round(time.Millisecond), timeout), http.StatusGatewayTimeout)
+			http.Error(w, msg, http.StatusGatewayTimeout)
 			return
 		case <-r.Context().Done():
 			rt.leave(a) // the client left: its slot is free at once

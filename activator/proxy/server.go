@@ -13,6 +13,7 @@ import (
 
 	"github.com/ebb-dev/ebb/internal/connfeed"
 	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/staticanswer"
 )
 
 // Server serves the activator's data port. HTTP/1.1 requests with an
@@ -72,9 +73,9 @@ func NewServer(router *Router, srv *http.Server) *Server {
 		HeaderTimeout:  cmp.Or(srv.ReadHeaderTimeout, 10*time.Second),
 		IdleTimeout:    cmp.Or(srv.IdleTimeout, 120*time.Second),
 		MaxHeaderBytes: cmp.Or(srv.MaxHeaderBytes, http.DefaultMaxHeaderBytes),
-		// No response-header timeout of its own: the app's sidecar answers
-		// 504 after its own, and a client that goes away ends the request.
-		// Forwarding headers: as on the net/http path (http1.SetForwarded).
+		// Each request gets its route's timeouts (Router.timeouts) or the
+		// Router's. Forwarding headers: as on the net/http path
+		// (http1.SetForwarded).
 		KeepRaw: true,
 	}, s, s.ln.Feed, router.opts.Log)
 	return s
@@ -109,11 +110,22 @@ func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	if !ok {
 		return s.handOff(cc, notRouted(string(host), path)) // 404 naming the host
 	}
-	up := route.Value.pick()
+	a := route.Value
+	up := a.pick()
+	if set := a.cfg.Load().Static; set != nil {
+		if rule := set.MatchBytes(cc.Method(), target, func(name string) ([]byte, bool) {
+			v, n := cc.Header(name)
+			return v, n == 1
+		}); rule != nil && (up == nil || rule.When == staticanswer.Always) {
+			s.router.opts.Metrics.countStatic()
+			return cc.AnswerWith(rule.Status, rule.AppendResponse)
+		}
+	}
 	if up == nil {
-		return s.router.holdH1(cc, route.Value, nil)
+		return s.router.holdH1(cc, rq, a, nil)
 	}
 	s.router.opts.Metrics.proxied.Inc()
+	cc.SetTimeouts(s.router.timeouts(a))
 	keep := cc.RoundTrip(up.pool, rq)
 	s.router.opts.Requests.ObserveH1(cc)
 	return keep

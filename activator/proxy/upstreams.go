@@ -70,7 +70,7 @@ func newUpstreams(log logr.Logger) *upstreams {
 	}
 	h2.Protocols = new(http.Protocols)
 	h2.Protocols.SetUnencryptedHTTP2(true)
-	return &upstreams{h1: h1, h2: h2, pool: &bufferPool{}, log: log}
+	return &upstreams{h1: headerTimeout{h1}, h2: headerTimeout{h2}, pool: &bufferPool{}, log: log}
 }
 
 func (p *upstreams) get(addr string) *upstream {
@@ -109,7 +109,11 @@ func (p *upstreams) reverseProxy(addr string, rt http.RoundTripper) *httputil.Re
 		ErrorLog:   nil,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.log.V(1).Info("upstream failed", "upstream", addr, "host", r.Host, "error", err.Error())
-			http.Error(w, fmt.Sprintf("ebb-activator: upstream %s failed: %v", addr, err), http.StatusBadGateway)
+			code := http.StatusBadGateway
+			if timedOutErr(err) {
+				code = http.StatusGatewayTimeout
+			}
+			http.Error(w, fmt.Sprintf("ebb-activator: upstream %s failed: %v", addr, err), code)
 		},
 	}
 }

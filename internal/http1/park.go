@@ -142,6 +142,27 @@ func (cc *Conn) Answer(code int, header, body string) bool {
 	return keep
 }
 
+// AnswerWith answers the current request with bytes of the caller's own
+// making (a precomputed answer): appendTo appends the whole response to
+// b, told whether the request is a HEAD (no body goes out) and whether the
+// connection stays open (else it must say "Connection: close"), decided
+// as for Answer. It reports whether the connection may carry another
+// request; the status code for Status is code.
+func (cc *Conn) AnswerWith(code int, appendTo func(b []byte, head, keep bool) []byte) bool {
+	rq := &cc.req.rq
+	keep := !rq.closeAfter && !cc.draining() && cc.discardBuffered(rq)
+	cc.req.status = code
+	b := appendTo(cc.resp[:0], rq.isHead, keep)
+	cc.c.SetWriteDeadline(time.Now().Add(cc.o.HeaderTimeout))
+	cc.wdl = time.Time{}
+	cc.c.Write(b)
+	cc.resp = b[:0]
+	if !keep {
+		cc.closeGently()
+	}
+	return keep
+}
+
 // discardBuffered consumes the request's body if all of it is in the read
 // buffer already; false if some of it has not arrived (or is malformed).
 func (cc *Conn) discardBuffered(rq *Request) bool {

@@ -1,0 +1,180 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httputil"
+	"time"
+
+	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/reqmetrics"
+)
+
+// A route's fallback (AppConfig.Fallback) takes the held requests its app
+// cannot serve: at the cold-start timeout, and when the app's hold queue,
+// its fair share or the activator's caps are full. The request was held,
+// not forwarded, so it is sent whole, as received, to the fallback
+// Service's ClusterIP (no DNS): the client gets the fallback's answer as
+// the fallback gave it, no header of ebb's added. When the fallback
+// cannot be reached, or fails before its answer's head, the client gets
+// what it would have got without one (504, or 503 with Retry-After), and
+// the failure is logged. A request to an activator that is shutting down
+// is not sent there: it is answered 503 so that it is retried.
+
+// fallbackH1 sends rq, out of its hold, to a's fallback instead of
+// answering code with the header lines and msg; count counts the request
+// when that answer is given after all. It returns what ServeRequest
+// returns.
+func (rt *Router) fallbackH1(cc *h1.Conn, rq *h1.Request, a *app, code int, header, msg string, count func(*app)) bool {
+	addr := a.cfg.Load().Fallback
+	up := rt.upstreams.get(addr)
+	failed := false
+	cc.OnUpstreamFailure(func(err error) (int, string, string) {
+		failed = true
+		rt.opts.Log.Info("fallback failed; answering as without one", "app", a.key.String(), "fallback", addr, "status", code, "error", err.Error())
+		return code, header, msg
+	})
+	cc.SetTimeouts(rt.timeouts(a))
+	keep := cc.RoundTrip(up.pool, rq)
+	switch {
+	case failed:
+		count(a)
+	case cc.Status() != 0:
+		rt.opts.Metrics.countFallback()
+	}
+	rt.opts.Requests.ObserveH1(cc)
+	return keep
+}
+
+// fallbackKey is the context key of a request sent to a fallback by
+// net/http's path (*fallbackReq).
+type fallbackKey struct{}
+
+// fallbackReq is a request on its way to a fallback, and the answer it
+// gets if the fallback fails.
+type fallbackReq struct {
+	addr       string
+	h2         bool
+	code       int
+	retryAfter string // "" for none
+	msg        string
+	failed     bool
+}
+
+// newFallbackProxy is the one reverse proxy of every fallback, for what
+// net/http serves: its target and the answer it falls back on are in the
+// request's context.
+func (p *upstreams) newFallbackProxy(rt *Router) *httputil.ReverseProxy {
+	h1t, h2t := p.h1, p.h2
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			f := pr.In.Context().Value(fallbackKey{}).(*fallbackReq)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = f.addr
+			pr.Out.Host = pr.In.Host
+			h1.SetForwarded(pr)
+			h1.KeepTarget(pr)
+			h1.ForwardTrailers(pr)
+		},
+		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Context().Value(fallbackKey{}).(*fallbackReq).h2 {
+				return h2t.RoundTrip(r)
+			}
+			return h1t.RoundTrip(r)
+		}),
+		BufferPool: p.pool,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f := r.Context().Value(fallbackKey{}).(*fallbackReq)
+			f.failed = true
+			rt.opts.Log.Info("fallback failed; answering as without one", "host", r.Host, "fallback", f.addr, "status", f.code, "error", err.Error())
+			if f.retryAfter != "" {
+				w.Header().Set("Retry-After", f.retryAfter)
+			}
+			http.Error(w, f.msg, f.code)
+		},
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// fallbackHTTP is fallbackH1 for a request net/http serves.
+func (rt *Router) fallbackHTTP(w http.ResponseWriter, r *http.Request, a *app, code int, retryAfter, msg string, count func(*app)) {
+	// gRPC stays HTTP/2 (h2c); anything else goes over HTTP/1.1, which
+	// any fallback speaks.
+	f := &fallbackReq{addr: a.cfg.Load().Fallback, h2: r.ProtoMajor == 2 && reqmetrics.IsGRPC(r), code: code, retryAfter: retryAfter, msg: msg}
+	r, cancel := rt.withTimeouts(r.WithContext(context.WithValue(r.Context(), fallbackKey{}, f)), a)
+	defer cancel()
+	rw := &reqmetrics.Writer{ResponseWriter: w}
+	start := time.Now()
+	rt.fallback.ServeHTTP(rw, r)
+	if f.failed {
+		count(a)
+		return
+	}
+	rt.opts.Metrics.countFallback()
+	rt.opts.Requests.Record(rw, r, start)
+}
+
+// timedOutErr tells a request cut by its route's timeouts on net/http's
+// path.
+func timedOutErr(err error) bool {
+	var te *h1.ResponseTimeoutError
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te)
+}
+
+// headerTimeoutKey is the context key of a request's response-header
+// timeout on net/http's path (a time.Duration; zero: none).
+type headerTimeoutKey struct{}
+
+// timeouts are a's bounds of a request forwarded to it.
+func (rt *Router) timeouts(a *app) h1.Timeouts {
+	t := a.cfg.Load().Timeouts
+	if t.Request == 0 {
+		t.Request = rt.opts.RequestTimeout
+	}
+	if t.ResponseHeader == 0 {
+		t.ResponseHeader = rt.opts.ResponseHeaderTimeout
+	}
+	if t.StreamIdle == 0 {
+		t.StreamIdle = rt.opts.StreamIdleTimeout
+	}
+	return t
+}
+
+// withTimeouts gives r, forwarded to a by net/http's path, a's request
+// and response-header timeouts; call cancel once it is answered.
+func (rt *Router) withTimeouts(r *http.Request, a *app) (*http.Request, context.CancelFunc) {
+	t := rt.timeouts(a)
+	ctx := r.Context()
+	if t.ResponseHeader > 0 {
+		ctx = context.WithValue(ctx, headerTimeoutKey{}, t.ResponseHeader)
+	}
+	cancel := context.CancelFunc(func() {})
+	if t.Request > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t.Request)
+	}
+	return r.WithContext(ctx), cancel
+}
+
+// headerTimeout bounds the wait for a response head by the request's
+// response-header timeout (headerTimeoutKey), net/http's path's
+// ResponseHeaderTimeout per request.
+type headerTimeout struct{ next http.RoundTripper }
+
+func (t headerTimeout) RoundTrip(r *http.Request) (*http.Response, error) {
+	d, _ := r.Context().Value(headerTimeoutKey{}).(time.Duration)
+	if d <= 0 {
+		return t.next.RoundTrip(r)
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	timer := time.AfterFunc(d, func() { cancel(&h1.ResponseTimeoutError{After: d}) })
+	resp, err := t.next.RoundTrip(r.WithContext(ctx))
+	if !timer.Stop() && err != nil {
+		return nil, context.Cause(ctx)
+	}
+	// The body is read under ctx: it ends with the request's own context.
+	return resp, err
+}
