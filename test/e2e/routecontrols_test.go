@@ -1,0 +1,516 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/test/cluster"
+	"github.com/ebb-dev/ebb/test/e2e/install"
+)
+
+// conditionFallbackReady is the AppRoute condition that says whether the
+// route's fallback Service can take held requests.
+const conditionFallbackReady = "FallbackReady"
+
+// routeControlNamespace deletes the namespace when the test ends, after
+// logging, if it failed, what ebb says of its apps and the namespace's
+// AppRoutes, RoutePolicies and pods.
+func routeControlNamespace(t *testing.T, ns string, apps ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if t.Failed() {
+			dumpState(t, ns)
+			for _, app := range apps {
+				t.Logf("ebb on %s/%s:\n%s", ns, app, ebb.Diagnose(ctx, lc, ns, app))
+			}
+			dumpRouteControls(t, ns)
+			t.Logf("pods of %s:\n%s", ns, install.DescribePods(ctx, lc, ns))
+		}
+		if err := lc.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			t.Logf("delete namespace %s: %v", ns, err)
+		}
+	})
+}
+
+// dumpRouteControls logs the namespace's AppRoutes and RoutePolicies.
+func dumpRouteControls(t *testing.T, ns string) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(lc.RestConfig)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	gv := routingv1alpha1.GroupVersion(ebb.Names.Group())
+	for _, res := range []string{routingv1alpha1.Resource, routingv1alpha1.RoutePolicyResource} {
+		l, err := dyn.Resource(gv.WithResource(res)).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Logf("%s of %s: %v", res, ns, err)
+			continue
+		}
+		for _, o := range l.Items {
+			y, _ := yaml.Marshal(map[string]any{"generation": o.GetGeneration(), "spec": o.Object["spec"], "status": o.Object["status"]})
+			t.Logf("%s %s/%s:\n%s", res, ns, o.GetName(), y)
+		}
+	}
+}
+
+// answer is one request's outcome, with the response's headers.
+type answer struct {
+	Status int
+	Header http.Header
+	Body   string
+	Err    error
+	Sent   time.Time
+	Took   time.Duration
+}
+
+func (a answer) String() string {
+	if a.Err != nil {
+		return fmt.Sprintf("error after %s: %v", a.Took.Round(time.Millisecond), a.Err)
+	}
+	return fmt.Sprintf("%d after %s: %q", a.Status, a.Took.Round(time.Millisecond), a.Body)
+}
+
+// fetch sends one GET for host to url with the given headers.
+func fetch(ctx context.Context, client *http.Client, url, host string, header http.Header) answer {
+	a := answer{Sent: time.Now()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		a.Err = err
+		return a
+	}
+	req.Host = host
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		a.Err, a.Took = err, time.Since(a.Sent)
+		return a
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	a.Status, a.Header, a.Body, a.Err, a.Took = resp.StatusCode, resp.Header, string(b), err, time.Since(a.Sent)
+	return a
+}
+
+// newClient is a client that opens a connection per request, as a load
+// balancer's health checker or a test's separate clients do.
+func newClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+// prober sends a GET every interval, each on its own connection and in its
+// own goroutine so that a slow answer does not delay the next, until stop.
+type prober struct {
+	mu      sync.Mutex
+	answers []answer
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+func startProber(ctx context.Context, url, host string, interval time.Duration) *prober {
+	p := &prober{stop: make(chan struct{})}
+	client := newClient(10 * time.Second)
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			p.done.Add(1)
+			go func() {
+				defer p.done.Done()
+				a := fetch(ctx, client, url, host, nil)
+				p.mu.Lock()
+				p.answers = append(p.answers, a)
+				p.mu.Unlock()
+			}()
+			select {
+			case <-p.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+// Stop stops sending, waits for the answers in flight and returns every
+// answer.
+func (p *prober) Stop() []answer {
+	close(p.stop)
+	p.done.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answers
+}
+
+// idleSampler reads the AppRoute's Idle condition every second until
+// stopped, and keeps every sample that was not Idle True.
+type idleSampler struct {
+	samples atomic.Int64
+	mu      sync.Mutex
+	notIdle []string
+	stop    func()
+}
+
+func sampleIdle(ctx context.Context, ns, app string) *idleSampler {
+	s := &idleSampler{}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.stop = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			route, err := ebb.AppRoute(ctx, lc, ns, app)
+			if ctx.Err() != nil {
+				return
+			}
+			s.samples.Add(1)
+			var what string
+			switch c := install.RouteCondition(route, routingv1alpha1.ConditionIdle); {
+			case err != nil:
+				what = err.Error()
+			case c == nil:
+				what = "no Idle condition"
+			case c.Status != metav1.ConditionTrue:
+				what = fmt.Sprintf("Idle %s %s: %s", c.Status, c.Reason, c.Message)
+			}
+			if what != "" {
+				s.mu.Lock()
+				s.notIdle = append(s.notIdle, time.Now().Format("15:04:05.000")+" "+what)
+				s.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+// waitIdleTrue waits until the AppRoute's Idle condition is True.
+func waitIdleTrue(ctx context.Context, ns, app string, timeout time.Duration) error {
+	_, err := ebb.WaitRoute(ctx, lc, ns, app, "Idle True", timeout, func(r *routingv1alpha1.AppRoute) bool {
+		c := install.RouteCondition(r, routingv1alpha1.ConditionIdle)
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+	return err
+}
+
+// deployRouteControlApp deploys app name at zero in ns (opted in) with the
+// pod template's annotations (route-control keys without the suffix) and
+// environment, scaled by s.
+func deployRouteControlApp(t *testing.T, ns, name string, s install.Scaling, annotations, env map[string]string) *install.AppAtZero {
+	t.Helper()
+	a, err := ebb.DeployAtZeroWith(t.Context(), lc, ns, name, s, func(d *appsv1.Deployment) {
+		ebb.Annotate(d, annotations)
+		c := &d.Spec.Template.Spec.Containers[0]
+		for k, v := range env {
+			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
+		}
+	}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.StartedAtOne {
+		t.Logf("NOTE: the webhook made no AppRoute for a Deployment created at 0 replicas; it was created at 1 and KEDA scaled it to 0")
+	}
+	return a
+}
+
+// servedByApp tells whether the test app's hello page answered, from one
+// of the app's pods.
+func servedByApp(t *testing.T, a *install.AppAtZero, body string) bool {
+	t.Helper()
+	pods, err := ebb.PodsOf(t.Context(), lc, a.Namespace, a.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if body == "hello from "+p.Name+"\n" {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRouteControlStreamIdleTimeout: a WebSocket to an app that stops
+// answering on it (accepts the upgrade, then silent) is closed by ebb once
+// nothing has passed either way for the route's stream-idle-timeout (5 s),
+// while a WebSocket that talks every 2 s stays open past it; once both are
+// gone the app's own end is closed too, and the app scales to zero.
+func TestRouteControlStreamIdleTimeout(t *testing.T) {
+	ctx := t.Context()
+	const ns, app = "e2e-rc-idle", "tunnel"
+	const idleTimeout = 5 * time.Second
+	routeControlNamespace(t, ns, app)
+	a := deployRouteControlApp(t, ns, app, scaling, map[string]string{"stream-idle-timeout": idleTimeout.String()}, nil)
+	wsURL := "ws" + strings.TrimPrefix(a.URL, "http") + "ws"
+	dial := func(query string) *websocket.Conn {
+		t.Helper()
+		d := websocket.Dialer{HandshakeTimeout: 60 * time.Second}
+		c, resp, err := d.DialContext(ctx, wsURL+query, http.Header{"Host": {a.Host}})
+		if err != nil {
+			t.Fatalf("dial %s%s: %v (response %v)", wsURL, query, err, resp)
+		}
+		return c
+	}
+	begin := time.Now()
+	silent := dial("?silent=1") // wakes the app
+	opened := time.Now()
+	defer silent.Close()
+	t.Logf("silent WebSocket open %s after the dial (cold start)", opened.Sub(begin).Round(time.Millisecond))
+	chatty := dial("")
+	defer chatty.Close()
+
+	talked := make(chan error, 1)
+	go func() {
+		// 5 echoes 2 s apart: open 8 s, never 5 s silent.
+		for i := range 5 {
+			if i > 0 {
+				time.Sleep(2 * time.Second)
+			}
+			chatty.SetReadDeadline(time.Now().Add(10 * time.Second))
+			msg := fmt.Sprintf("still here %d", i)
+			if err := chatty.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+				talked <- fmt.Errorf("write %q: %w", msg, err)
+				return
+			}
+			if _, b, err := chatty.ReadMessage(); err != nil || string(b) != msg {
+				talked <- fmt.Errorf("echo of %q after %s open: %q, %v", msg, time.Since(opened).Round(time.Millisecond), b, err)
+				return
+			}
+		}
+		talked <- nil
+	}()
+
+	silent.SetReadDeadline(opened.Add(30 * time.Second))
+	_, msg, err := silent.ReadMessage()
+	closedAfter := time.Since(opened)
+	var ne net.Error
+	switch {
+	case err == nil:
+		t.Errorf("the silent WebSocket got a message %q after %s", msg, closedAfter.Round(time.Millisecond))
+	case errors.As(err, &ne) && ne.Timeout():
+		t.Errorf("the silent WebSocket was still open %s after its last byte (stream-idle-timeout %s)", closedAfter.Round(time.Millisecond), idleTimeout)
+	case closedAfter < idleTimeout-500*time.Millisecond || closedAfter > idleTimeout+4*time.Second:
+		t.Errorf("the silent WebSocket was closed %s after its last byte (%v), want about the stream-idle-timeout %s", closedAfter.Round(time.Millisecond), err, idleTimeout)
+	default:
+		t.Logf("the silent WebSocket was closed %s after its last byte: %v", closedAfter.Round(time.Millisecond), err)
+	}
+	if err := <-talked; err != nil {
+		t.Errorf("the WebSocket that talks every 2 s: %v", err)
+	}
+	chatty.Close()
+	silent.Close()
+	closed := time.Now()
+
+	// The app's ends of both are closed: nothing in flight in the app.
+	pods, err := ebb.PodsOf(ctx, lc, ns, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		var last string
+		if err := cluster.WaitFor(ctx, 5*time.Second, "the app in "+p.Name+" with nothing in flight", func(ctx context.Context) (bool, error) {
+			r := fetch(ctx, newClient(2*time.Second), fmt.Sprintf("http://%s:%d/inflight", p.Status.PodIP, install.AppPort), "", nil)
+			last = r.String()
+			return r.Err == nil && r.Header.Get("X-App-In-Flight") == "0", nil
+		}); err != nil {
+			t.Errorf("%v: ebb left the app's end of a WebSocket open (last: %s)", err, last)
+		}
+	}
+	if err := lc.WaitReplicas(ctx, ns, app, 0, 90*time.Second); err != nil {
+		t.Fatalf("after the WebSockets closed: %v", err)
+	}
+	toZero := time.Since(closed)
+	if err := waitIdleTrue(ctx, ns, app, 30*time.Second); err != nil {
+		t.Error(err)
+	}
+	fmt.Printf("FIGURE: stream idle timeout %s: a silent WebSocket closed %s after its last byte; a WebSocket talking every 2 s open 8 s; replicas 0 %s after both closed (rateWindow %s, cooldown %ds)\n",
+		idleTimeout, closedAfter.Round(time.Millisecond), toZero.Round(time.Millisecond), scaling.RateWindow, scaling.Cooldown)
+}
+
+// TestRouteControlRequestTimeout: on a route with request-timeout 2s, a
+// request the app takes 5 s to answer gets 504 from ebb after about 2 s
+// (and one it answers in 500 ms gets 200), while the same 5 s request to
+// another app of the namespace, with no timeout set, gets its 200.
+func TestRouteControlRequestTimeout(t *testing.T) {
+	ctx := t.Context()
+	const ns = "e2e-rc-timeout"
+	const timeout = 2 * time.Second
+	routeControlNamespace(t, ns, "bounded", "unbounded")
+	var bounded, unbounded *install.AppAtZero
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, app := range []string{"bounded", "unbounded"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ann map[string]string
+			if app == "bounded" {
+				ann = map[string]string{"request-timeout": timeout.String()}
+			}
+			a, err := ebb.DeployAtZeroWith(ctx, lc, ns, app, scaling, func(d *appsv1.Deployment) { ebb.Annotate(d, ann) }, t.Logf)
+			errs[i] = err
+			if app == "bounded" {
+				bounded = a
+			} else {
+				unbounded = a
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	client := newClient(60 * time.Second)
+	for _, a := range []*install.AppAtZero{bounded, unbounded} {
+		if r := fetch(ctx, client, a.URL, a.Host, nil); r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("wake %s: %s", a.Name, r)
+		}
+		waitServedByPod(t, a)
+	}
+
+	var long, short, other answer
+	wg.Add(3)
+	go func() { defer wg.Done(); long = fetch(ctx, client, bounded.URL+"?delay=5s", bounded.Host, nil) }()
+	go func() { defer wg.Done(); short = fetch(ctx, client, bounded.URL+"?delay=500ms", bounded.Host, nil) }()
+	go func() { defer wg.Done(); other = fetch(ctx, client, unbounded.URL+"?delay=5s", unbounded.Host, nil) }()
+	wg.Wait()
+	t.Logf("request-timeout %s: bounded /?delay=5s: %s; bounded /?delay=500ms: %s; unbounded /?delay=5s: %s", timeout, long, short, other)
+	if long.Err != nil || long.Status != http.StatusGatewayTimeout {
+		t.Errorf("a 5 s request on the route with request-timeout %s: %s, want 504", timeout, long)
+	} else if long.Took < timeout-100*time.Millisecond || long.Took > timeout+2*time.Second {
+		t.Errorf("the 504 came %s after the request, want about the request-timeout %s", long.Took.Round(time.Millisecond), timeout)
+	}
+	if short.Err != nil || short.Status != http.StatusOK || !servedByApp(t, bounded, short.Body) {
+		t.Errorf("a 500 ms request on the route with request-timeout %s: %s, want the app's 200", timeout, short)
+	}
+	if other.Err != nil || other.Status != http.StatusOK || !servedByApp(t, unbounded, other.Body) || other.Took < 5*time.Second {
+		t.Errorf("a 5 s request on the route with no timeout: %s, want the app's 200 after 5 s", other)
+	}
+	fmt.Printf("FIGURE: request timeout %s: 504 after %s; another route's 5 s request 200 after %s\n", timeout, long.Took.Round(time.Millisecond), other.Took.Round(time.Millisecond))
+}
+
+// TestRouteControlConcurrencyLimit: an app with concurrency 1, 20
+// concurrent requests of 1 s at zero: the app never has more than one
+// request at once (each response says the most it has had at once, and
+// every pod's own count says so at the end), KEDA scales out on the
+// sidecar's queue (targetConcurrency 1, max 3), and all 20 are answered
+// 200 by the app.
+func TestRouteControlConcurrencyLimit(t *testing.T) {
+	ctx := t.Context()
+	const ns, app = "e2e-rc-limit", "single"
+	routeControlNamespace(t, ns, app)
+	fast := map[string]any{"stabilizationWindowSeconds": int64(0), "policies": []any{map[string]any{"type": "Percent", "value": int64(200), "periodSeconds": int64(1)}}}
+	s := install.Scaling{Max: 3, PollingInterval: 1, Cooldown: 5, TargetConcurrency: 1, RateWindow: "3s", HPABehavior: map[string]any{"scaleUp": fast}}
+	a := deployRouteControlApp(t, ns, app, s, map[string]string{"concurrency": "1"}, map[string]string{"IN_FLIGHT_HEADERS": "true"})
+
+	var tl timeline
+	var most atomic.Int32
+	stopReplicas := watchReplicas(ctx, a, &tl, &most)
+	defer stopReplicas()
+	const n = 20
+	// 1 s each: 20 s of work for one pod at a time, time enough for the HPA
+	// (2 s sync) to act on the queue while it lasts.
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	client := newClient(120 * time.Second)
+	tl.mark(time.Now(), fmt.Sprintf("%d concurrent requests of 1 s at zero", n))
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); answers[i] = fetch(ctx, client, a.URL+"?delay=1s", a.Host, nil) }()
+	}
+	wg.Wait()
+	tl.mark(time.Now(), "all answered")
+	pods, err := ebb.PodsOf(ctx, lc, ns, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopReplicas()
+	t.Logf("timeline:\n%s", tl.String())
+
+	var ok int
+	seen := map[string]int{} // X-App-Max-In-Flight → count
+	var slowest time.Duration
+	for i, r := range answers {
+		slowest = max(slowest, r.Took)
+		if r.Err != nil || r.Status != http.StatusOK || !servedByApp(t, a, r.Body) {
+			t.Errorf("request %d: %s, want the app's 200", i, r)
+			continue
+		}
+		ok++
+		seen[r.Header.Get("X-App-Max-In-Flight")]++
+		if r.Header.Get("X-App-In-Flight") != "1" || r.Header.Get("X-App-Max-In-Flight") != "1" {
+			t.Errorf("request %d: the app had %s in flight on its arrival, at most %s at once; want 1 and 1", i, r.Header.Get("X-App-In-Flight"), r.Header.Get("X-App-Max-In-Flight"))
+		}
+	}
+	// Each pod's own count, read from the pod's address past the sidecar.
+	var total, maxSeen int
+	var perPod []string
+	for _, p := range pods {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		r := fetch(ctx, newClient(2*time.Second), fmt.Sprintf("http://%s:%d/inflight", p.Status.PodIP, install.AppPort), "", nil)
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Errorf("%s /inflight: %s", p.Name, r)
+			continue
+		}
+		served, err1 := strconv.Atoi(r.Header.Get("X-App-Requests"))
+		most, err2 := strconv.Atoi(r.Header.Get("X-App-Max-In-Flight"))
+		if err := errors.Join(err1, err2); err != nil {
+			t.Errorf("%s /inflight: %v (headers %v)", p.Name, err, r.Header)
+			continue
+		}
+		total += served
+		maxSeen = max(maxSeen, most)
+		perPod = append(perPod, fmt.Sprintf("%s: %d served, at most %d at once", p.Name, served, most))
+		if most > 1 {
+			t.Errorf("pod %s had %d requests at once, want at most 1", p.Name, most)
+		}
+	}
+	t.Logf("per pod: %s", strings.Join(perPod, "; "))
+	if total != n {
+		t.Errorf("the app's pods served %d requests in all, want %d (each request once)", total, n)
+	}
+	if m := most.Load(); m < 2 {
+		t.Errorf("KEDA scaled the app to %d replicas at most, want more than 1 (20 requests queued behind a limit of 1, targetConcurrency 1)", m)
+	}
+	if maxSeen != 1 {
+		t.Errorf("the pods' most requests at once: %d, want 1", maxSeen)
+	}
+	fmt.Printf("FIGURE: concurrency 1: %d of %d concurrent requests answered 200 (the slowest after %s), the most the app had at once %d (by its responses %v), replicas up to %d\n",
+		ok, n, slowest.Round(time.Millisecond), maxSeen, seen, most.Load())
+}
