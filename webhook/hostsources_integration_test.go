@@ -304,3 +304,56 @@ func TestHostsFromHTTPRoute(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestIngressHostsOfAnotherNamespace: an Ingress of namespace squat, older
+// than anything of namespace owner, names a host of a domain a
+// DomainClaim binds to owner and a name in owner's part of the cluster
+// domain: its app's AppRoute lists them (they are its Ingress's) but
+// serves neither, its Conflicted condition naming each and why, and
+// owner's app, younger, serves the claimed host.
+func TestIngressHostsOfAnotherNamespace(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c, _ := newClient(t)
+	for _, ns := range []string{"ingress-squat", "ingress-owner"} {
+		makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
+	}
+	routedApp(t, c, "ingress-squat", "hello", "")
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "ingress-squat", Name: "web"}, Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{
+		prefixRule("api.owner.ingress-tenancy.test", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
+		prefixRule("hello.ingress-owner.svc.cluster.local", "/", networkingv1.PathTypePrefix, networkingv1.ServiceBackendPort{Number: 80}),
+	}}}
+	if err := c.Create(ctx, ing); err != nil {
+		t.Fatal(err)
+	}
+	wantHosts(t, c, "ingress-squat", "hello",
+		[]routingv1alpha1.HostPaths{{Host: "api.owner.ingress-tenancy.test"}, {Host: "hello.ingress-owner.svc.cluster.local"}},
+		[]routingv1alpha1.HostSource{
+			{Host: "api.owner.ingress-tenancy.test", From: []string{"Ingress/web"}},
+			{Host: "hello.ingress-owner.svc.cluster.local", From: []string{"Ingress/web"}},
+		})
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have whole seconds
+	routedApp(t, c, "ingress-owner", "hello", "api.owner.ingress-tenancy.test")
+
+	claim := &unstructured.Unstructured{}
+	claim.SetGroupVersionKind(routingv1alpha1.GroupVersion(ebbNames.Group()).WithKind(routingv1alpha1.DomainClaimKind))
+	claim.SetName("owner.ingress-tenancy.test")
+	claim.Object["spec"] = map[string]any{"namespace": "ingress-owner"}
+	if err := c.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), claim) })
+	testwait.Check(t, 15*time.Second, func() error {
+		r, err := getRoute(ctx, c, ebbNames, "ingress-squat", "hello")
+		if err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(r.Status.Conditions, routingv1alpha1.ConditionConflicted)
+		if cond == nil || cond.Status != metav1.ConditionTrue ||
+			!strings.Contains(cond.Message, "host api.owner.ingress-tenancy.test (DomainClaimedByAnotherNamespace)") ||
+			!strings.Contains(cond.Message, "host hello.ingress-owner.svc.cluster.local (ClusterNameOfAnotherNamespace)") {
+			return fmt.Errorf("the squatter's Conflicted = %+v", cond)
+		}
+		return wantCondition(ctx, c, "ingress-owner", "hello", routingv1alpha1.ConditionConflicted, metav1.ConditionFalse, "NoConflict")
+	})
+}
