@@ -48,8 +48,12 @@ type Options struct {
 	MaxHeld          int
 	MaxHeldBytes     int
 	ColdStartTimeout time.Duration
-	ProbeInterval    time.Duration
-	Resync           time.Duration
+	// RequestTimeout, ResponseHeaderTimeout and StreamIdleTimeout bound
+	// the requests an activator forwards to an app whose AppRoute sets
+	// none of its own (proxy.AppConfig.Timeouts); zero: no bound.
+	RequestTimeout, ResponseHeaderTimeout, StreamIdleTimeout time.Duration
+	ProbeInterval                                            time.Duration
+	Resync                                                   time.Duration
 	// DrainTimeout is how long past its cold-start timeout a terminating
 	// activator may take: it exits at the latest ColdStartTimeout +
 	// DrainTimeout after SIGTERM. DrainDelay is how long it keeps accepting
@@ -94,28 +98,30 @@ type Options struct {
 func DefaultOptions() Options {
 	host, _ := os.Hostname()
 	return Options{
-		GroupSuffix:       groupsuffix.Default,
-		KubeAPIQPS:        kubeclient.DefaultQPS,
-		KubeAPIBurst:      kubeclient.DefaultBurst,
-		Listen:            ":8080",
-		AdminListen:       ":8081",
-		QueueSize:         proxy.DefaultQueueSize,
-		MaxHeld:           proxy.DefaultMaxHeld,
-		MaxHeldBytes:      proxy.DefaultMaxHeldBytes,
-		ColdStartTimeout:  proxy.DefaultColdStartTimeout,
-		ProbeInterval:     proxy.DefaultProbeInterval,
-		Resync:            DefaultResync,
-		DrainTimeout:      30 * time.Second,
-		DrainDelay:        DefaultDrainDelay,
-		SidecarAdminPort:  sidecarapi.DefaultAdminPort,
-		ActivatorSelector: DefaultSelector,
-		Pool:              control.DefaultPool,
-		LeaderElect:       true,
-		RequestMetrics:    true,
-		Tracing:           tracing.DefaultOptions(),
-		Log:               logging.DefaultOptions(),
-		PodName:           host,
-		PodNamespace:      "default",
+		GroupSuffix:           groupsuffix.Default,
+		KubeAPIQPS:            kubeclient.DefaultQPS,
+		KubeAPIBurst:          kubeclient.DefaultBurst,
+		Listen:                ":8080",
+		AdminListen:           ":8081",
+		QueueSize:             proxy.DefaultQueueSize,
+		MaxHeld:               proxy.DefaultMaxHeld,
+		MaxHeldBytes:          proxy.DefaultMaxHeldBytes,
+		ColdStartTimeout:      proxy.DefaultColdStartTimeout,
+		ResponseHeaderTimeout: proxy.DefaultResponseHeaderTimeout,
+		StreamIdleTimeout:     proxy.DefaultStreamIdleTimeout,
+		ProbeInterval:         proxy.DefaultProbeInterval,
+		Resync:                DefaultResync,
+		DrainTimeout:          30 * time.Second,
+		DrainDelay:            DefaultDrainDelay,
+		SidecarAdminPort:      sidecarapi.DefaultAdminPort,
+		ActivatorSelector:     DefaultSelector,
+		Pool:                  control.DefaultPool,
+		LeaderElect:           true,
+		RequestMetrics:        true,
+		Tracing:               tracing.DefaultOptions(),
+		Log:                   logging.DefaultOptions(),
+		PodName:               host,
+		PodNamespace:          "default",
 	}
 }
 
@@ -152,6 +158,9 @@ func (o *Options) Bind(s *options.Set) {
 	s.Int(&o.MaxHeld, "max-held", "requests held across every app")
 	s.Int(&o.MaxHeldBytes, "max-held-bytes", "bytes the held HTTP/1.x requests' heads may take across every app (past it: 503 with Retry-After)")
 	s.Duration(&o.ColdStartTimeout, "cold-start-timeout", "how long a request is held unless its AppRoute says otherwise")
+	s.Duration(&o.RequestTimeout, "request-timeout", "bound of a whole exchange forwarded to an app, unless its AppRoute says otherwise: 504 before the response head, the connection closed after it; 0s: none")
+	s.Duration(&o.ResponseHeaderTimeout, "response-header-timeout", "how long a forwarded request waits for the app's response head, unless its AppRoute says otherwise (then 504); 0s: as long as the client stays")
+	s.Duration(&o.StreamIdleTimeout, "stream-idle-timeout", "a WebSocket or streamed response forwarded with no byte either way for this long is closed, both sides, unless its AppRoute says otherwise; 0s: never")
 	s.Duration(&o.ProbeInterval, "probe-interval", "period of /ready probes of not-ready sidecars while requests are held")
 	s.Duration(&o.Resync, "resync", "period of the full re-list of AppRoutes; not ready after 3 failed in a row")
 	s.Duration(&o.DrainTimeout, "drain-timeout", "after SIGTERM, exit at the latest --cold-start-timeout plus this (requests still held then get 503 with Retry-After)")
@@ -205,6 +214,14 @@ func (o Options) Validate() error {
 	}
 	if o.ColdStartTimeout < time.Millisecond || o.ColdStartTimeout > MaxColdStartTimeout {
 		bad("--cold-start-timeout %s: want 1ms to %s", o.ColdStartTimeout, MaxColdStartTimeout)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--request-timeout", o.RequestTimeout}, {"--response-header-timeout", o.ResponseHeaderTimeout}, {"--stream-idle-timeout", o.StreamIdleTimeout}} {
+		if d.v < 0 {
+			bad("%s %s: want 0s (none) or more", d.flag, d.v)
+		}
 	}
 	if o.ProbeInterval < time.Millisecond || o.ProbeInterval > 10*time.Second {
 		bad("--probe-interval %s: want [1ms, 10s]", o.ProbeInterval)

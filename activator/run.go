@@ -163,6 +163,7 @@ func newRequestPath(opts Options, rc *rest.Config, names groupsuffix.Names, reg 
 	rp.tp = tracing.New(opts.Tracing, "ebb-activator", attribute.String("k8s.pod.name", opts.PodName), attribute.String("k8s.namespace.name", opts.PodNamespace))
 	rp.router = proxy.NewRouter(proxy.RouterOptions{
 		QueueSize: opts.QueueSize, MaxHeld: opts.MaxHeld, MaxHeldBytes: int64(opts.MaxHeldBytes), ColdStartTimeout: opts.ColdStartTimeout,
+		RequestTimeout: opts.RequestTimeout, ResponseHeaderTimeout: opts.ResponseHeaderTimeout, StreamIdleTimeout: opts.StreamIdleTimeout,
 		ProbeInterval: opts.ProbeInterval, Pusher: rp.push, Metrics: proxy.NewMetrics(reg), Requests: requests,
 		Watcher: watcher, OnColdStart: record, Tracer: rp.tp.Tracer, Log: log.WithName("proxy"),
 	})
