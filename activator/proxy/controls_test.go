@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/routing"
 	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Raw-TCP tests of a route's controls in the activator: static
@@ -374,5 +376,159 @@ func TestStaticAnswerAbsoluteForm(t *testing.T) {
 	waitHeld(t, rt, 1)
 	if got := readAnswers(t, c, 1); got[0].Code != http.StatusGatewayTimeout {
 		t.Errorf("absolute form, not canonical: got %+v, want held (then 504)", got[0])
+	}
+}
+
+// TestStreamIdleTimeoutTunnel: a tunnel (after a 101) in which no byte
+// goes either way for the route's stream idle timeout is closed, both
+// sides: the client and the app each see their connection end.
+func TestStreamIdleTimeoutTunnel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	appEnded := make(chan time.Time, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.Copy(io.Discard, br) // silent; ends when the activator closes
+		appEnded <- time.Now()
+	}()
+	rt, url, _ := rig(t, RouterOptions{StreamIdleTimeout: time.Hour}, AppConfig{Timeouts: h1.Timeouts{StreamIdle: 300 * time.Millisecond}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: ln.Addr().String(), Ready: true}})
+	c := dialRaw(t, url)
+	start := time.Now()
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: hello.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("client read %v, want the tunnel closed", err)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond || took > 1500*time.Millisecond {
+		t.Errorf("closed after %v, want about 300ms", took)
+	}
+	select {
+	case at := <-appEnded:
+		if at.Sub(start) > 2*time.Second {
+			t.Errorf("the app's side closed after %v", at.Sub(start))
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the app's side of the tunnel was not closed")
+	}
+}
+
+// TestReleasedHeldRequestGetsRouteTimeouts: a request held at zero and
+// released is bounded by its route's request timeout from its release
+// (not from its arrival: the cold start's wait is bounded apart).
+func TestReleasedHeldRequestGetsRouteTimeouts(t *testing.T) {
+	rt, url, _ := rig(t, RouterOptions{}, AppConfig{Timeouts: h1.Timeouts{Request: 400 * time.Millisecond}})
+	c := dialRaw(t, url)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+	waitHeld(t, rt, 1)
+	time.Sleep(500 * time.Millisecond) // longer than the request timeout, held
+	start := time.Now()
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: slowHeadApp(t, 2*time.Second, 0), Ready: true}})
+	if got := readAnswers(t, c, 1); got[0].Code != http.StatusGatewayTimeout {
+		t.Errorf("got %+v, want 504", got[0])
+	}
+	if took := time.Since(start); took < 350*time.Millisecond || took > 1500*time.Millisecond {
+		t.Errorf("504 %v after the release, want about 400ms", took)
+	}
+}
+
+// TestRequestTimeoutH2C: net/http's path (h2c) applies the route's
+// request and response-header timeouts too: 504.
+func TestRequestTimeoutH2C(t *testing.T) {
+	slow := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(3 * time.Second):
+		case <-r.Context().Done():
+		}
+	}))
+	slow.Config.Protocols = new(http.Protocols)
+	slow.Config.Protocols.SetHTTP1(true)
+	slow.Config.Protocols.SetUnencryptedHTTP2(true)
+	slow.Start()
+	t.Cleanup(slow.Close)
+	for name, to := range map[string]h1.Timeouts{"request": {Request: 300 * time.Millisecond}, "response head": {ResponseHeader: 300 * time.Millisecond}} {
+		t.Run(name, func(t *testing.T) {
+			rt, url, _ := rigProtocols(t, RouterOptions{}, AppConfig{Timeouts: to}, true)
+			rt.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(slow.URL, "http://"), Ready: true}})
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/", nil)
+			req.Host = "hello.test"
+			start := time.Now()
+			resp, err := h2cClient(t).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusGatewayTimeout || resp.ProtoMajor != 2 {
+				t.Errorf("got %s %d, want HTTP/2 504", resp.Proto, resp.StatusCode)
+			}
+			if took := time.Since(start); took > 1500*time.Millisecond {
+				t.Errorf("504 after %v, want about 300ms", took)
+			}
+		})
+	}
+}
+
+// outcomes are the outcome labels of ebb_activator_requests_total reg
+// exports, with their counts.
+func outcomes(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != metricRequests {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestStaticAndFallbackSeriesOnFirstUse: the outcomes static and fallback
+// are exported once a request had them, not before.
+func TestStaticAndFallbackSeriesOnFirstUse(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	fb := newRawApp(t)
+	set := staticSet(t, staticanswer.Rule{Name: "health", PathType: staticanswer.Exact, Path: "/healthz", Status: 200})
+	_, url, _ := rig(t, RouterOptions{Metrics: NewMetrics(reg), ColdStartTimeout: 50 * time.Millisecond}, AppConfig{Static: set, Fallback: fb.addr})
+	got := outcomes(t, reg)
+	if _, ok := got["static"]; ok {
+		t.Error("outcome static exported before any static answer")
+	}
+	if _, ok := got["fallback"]; ok {
+		t.Error("outcome fallback exported before any fallback")
+	}
+	c := dialRaw(t, url)
+	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: hello.test\r\n\r\nGET /x HTTP/1.1\r\nHost: hello.test\r\n\r\n")
+	readAnswers(t, c, 2)
+	fb.next(t)
+	got = outcomes(t, reg)
+	if got["static"] != 1 || got["fallback"] != 1 || got["timeout"] != 0 {
+		t.Errorf("outcomes %v, want static 1, fallback 1, timeout 0", got)
 	}
 }
