@@ -3,6 +3,7 @@ package staticanswer
 import (
 	"net/http"
 	"strconv"
+	"unsafe"
 )
 
 // Match returns the first rule of s that matches the request with this
@@ -14,19 +15,26 @@ func (s *Set) Match(method, target string, header func(name string) (string, boo
 	if s == nil {
 		return nil
 	}
-	return match(s, method, target, header)
+	return s.match(method, target, header)
 }
 
-// MatchBytes is Match for a request whose method and target are bytes,
-// without copying them.
+// MatchBytes is Match for a request whose method, target and header
+// values are bytes: they are read in place, not copied (nor kept).
 func (s *Set) MatchBytes(method, target []byte, header func(name string) ([]byte, bool)) *Rule {
 	if s == nil {
 		return nil
 	}
-	return match(s, method, target, header)
+	return s.match(view(method), view(target), func(name string) (string, bool) {
+		v, ok := header(name)
+		return view(v), ok
+	})
 }
 
-func match[T ~string | ~[]byte](s *Set, method, target T, header func(string) (T, bool)) *Rule {
+// view is b as a string, without a copy: for a comparison that does not
+// keep it, while b does not change.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+func (s *Set) match(method, target string, header func(string) (string, bool)) *Rule {
 	path := target
 	for i := 0; i < len(target); i++ {
 		if target[i] == '?' {
@@ -39,11 +47,11 @@ func match[T ~string | ~[]byte](s *Set, method, target T, header func(string) (T
 	}
 	for i := range s.rules {
 		r := &s.rules[i]
-		if r.Method != "" && string(method) != r.Method {
+		if r.Method != "" && method != r.Method {
 			continue
 		}
 		if !r.c.any {
-			if len(path) < len(r.Path) || string(path[:len(r.Path)]) != r.Path {
+			if len(path) < len(r.Path) || path[:len(r.Path)] != r.Path {
 				continue
 			}
 			if len(path) > len(r.Path) && (!r.c.prefix || (r.Path != "/" && path[len(r.Path)] != '/')) {
@@ -57,13 +65,13 @@ func match[T ~string | ~[]byte](s *Set, method, target T, header func(string) (T
 	return nil
 }
 
-func headersMatch[T ~string | ~[]byte](r *Rule, header func(string) (T, bool)) bool {
+func headersMatch(r *Rule, header func(string) (string, bool)) bool {
 	for i, h := range r.Headers {
 		if header == nil {
 			return false
 		}
 		v, ok := header(r.c.lower[i])
-		if !ok || string(v) != h.Value {
+		if !ok || v != h.Value {
 			return false
 		}
 	}
@@ -73,7 +81,7 @@ func headersMatch[T ~string | ~[]byte](r *Rule, header func(string) (T, bool)) b
 // canonical reports whether p is an absolute path in canonical form: it
 // starts with '/', has no percent-encoding, backslash, '#', empty segment ("//"),
 // "." or ".." segment, and only visible ASCII.
-func canonical[T ~string | ~[]byte](p T) bool {
+func canonical(p string) bool {
 	if len(p) == 0 || p[0] != '/' {
 		return false
 	}
@@ -115,6 +123,9 @@ func canonical[T ~string | ~[]byte](p T) bool {
 func (r *Rule) Exempts() bool {
 	return r.When == AtZero && len(r.Headers) == 0
 }
+
+// Index is the rule's place in its Set, from 0.
+func (r *Rule) Index() int { return r.c.index }
 
 // AppendResponse appends the rule's answer as HTTP/1.1 bytes: the status
 // line, the rule's headers, Content-Length (none for 204 and 304),

@@ -74,6 +74,7 @@ type Rule struct {
 
 // compiled is what Compile derives from a rule for the hot path.
 type compiled struct {
+	index  int      // in the Set
 	prefix bool     // PathType is PathPrefix
 	any    bool     // no path condition
 	lower  []string // Headers' names, lower case
@@ -133,7 +134,7 @@ func Compile(rules []Rule) (*Set, error) {
 			bad("name", "%q is used by an earlier rule", r.Name)
 		}
 		seen[r.Name] = true
-		c := &compiled{}
+		c := &compiled{index: len(s.rules)}
 		switch r.When {
 		case "":
 			r.When = AtZero

@@ -113,8 +113,14 @@ func TestFirstRuleWins(t *testing.T) {
 		Rule{Name: "one", Path: "/a"},
 		Rule{Name: "two", Path: "/a/b"},
 	)
-	if r := s.Match("GET", "/a/b", nil); r == nil || r.Name != "one" {
+	if r := s.Match("GET", "/a/b", nil); r == nil || r.Name != "one" || r.Index() != 0 {
 		t.Errorf("got %v, want rule one", r)
+	}
+	if r := s.Match("GET", "/b", nil); r != nil {
+		t.Errorf("got %v, want none", r)
+	}
+	if r := mustCompile(t, Rule{Name: "one", Path: "/x"}, Rule{Name: "two", Path: "/a/b"}).Match("GET", "/a/b", nil); r == nil || r.Name != "two" || r.Index() != 1 {
+		t.Errorf("got %v, want rule two at 1", r)
 	}
 }
 
