@@ -140,6 +140,7 @@ func (p *proxy) registry() *prometheus.Registry {
 		reg = p.reg
 	}
 	reg.MustRegister(procmetrics.Collectors()...)
+	reg.MustRegister(p.ctl.collectors()...)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ebb_sidecar_requests_in_flight",

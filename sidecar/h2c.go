@@ -2,12 +2,16 @@ package sidecar
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,6 +24,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/connfeed"
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
+	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -73,10 +78,16 @@ func newH2CServer(p *proxy) *h2cServer {
 		ErrorLog:      errLog,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.upstreamErrors.Add(1)
+			if p.ctl != nil && p.ctl.timeout > 0 && errors.Is(context.Cause(r.Context()), errRequestTimeout) {
+				p.log.V(1).Info("the app did not answer within the request timeout", "upstream", p.opts.Upstream, "timeout", p.ctl.timeout.String())
+				http.Error(w, strings.TrimSuffix(timeoutBody(p.ctl.timeout), "\n"), http.StatusGatewayTimeout)
+				return
+			}
 			p.log.V(1).Info("the app is not answering", "upstream", p.opts.Upstream, "error", err.Error())
 			http.Error(w, "ebb-sidecar: the app is not answering on its port ("+p.opts.Upstream+"): "+err.Error(), http.StatusBadGateway)
 		},
 	}
+	serve := p.serveH2(rp)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// As the HTTP/1.1 engine refuses a malformed method, a missing or
 		// malformed Host, or a malformed target: not counted. (net/http's
@@ -95,10 +106,183 @@ func newH2CServer(p *proxy) *h2cServer {
 		}
 		p.arrived()
 		start := time.Now()
+		if p.ctl != nil {
+			p.serveH2Controlled(w, r, start, serve)
+			return
+		}
 		if p.cnt.on {
 			p.cnt.begin(start)
 			defer p.cnt.inFlight.Add(-1)
 		}
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		p.serveWatched(w, r.WithContext(ctx), cancel, start, serve)
+	})
+	h := &h2cServer{handler: handler, idle: p.opts.IdleTimeout, header: p.opts.HeaderTimeout, errLog: errLog}
+	h.cur = h.newGen()
+	return h
+}
+
+// serveH2Controlled serves one h2c stream under the route controls, as
+// serveControlled an HTTP/1.1 request; the request timeout and the stream
+// idle timeout reset the stream (502 or 504 before the response head).
+func (p *proxy) serveH2Controlled(w http.ResponseWriter, r *http.Request, start time.Time, serve func(http.ResponseWriter, *http.Request, time.Time)) {
+	c := p.ctl
+	exempt := false
+	if c.static != nil {
+		if rule := c.static.Match(r.Method, r.RequestURI, func(name string) (string, bool) {
+			v := r.Header.Values(name)
+			if len(v) != 1 {
+				return "", false
+			}
+			return v[0], true
+		}); rule != nil {
+			if rule.When == staticanswer.Always {
+				c.countAnswer(rule)
+				rule.WriteHTTP(w, r.Method)
+				return
+			}
+			exempt = rule.Exempts()
+		}
+	}
+	switch {
+	case exempt:
+		c.exempt.Add(1)
+		defer c.exempt.Add(-1)
+	case p.cnt.on:
+		p.cnt.begin(start)
+		defer p.cnt.inFlight.Add(-1)
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	if c.timeout > 0 {
+		t := time.AfterFunc(time.Until(start.Add(c.timeout)), func() { cancel(errRequestTimeout) })
+		defer t.Stop()
+	}
+	if c.lim != nil {
+		switch c.lim.acquire(waitCtx(ctx)) {
+		case queueFull:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, strings.TrimSuffix(c.lim.queueFullBody(), "\n"), http.StatusServiceUnavailable)
+			return
+		case gaveUp:
+			if errors.Is(context.Cause(ctx), errRequestTimeout) {
+				http.Error(w, strings.TrimSuffix(timeoutBody(c.timeout), "\n"), http.StatusGatewayTimeout)
+			}
+			return
+		}
+		defer c.lim.release()
+	}
+	p.serveWatched(w, r.WithContext(ctx), cancel, start, serve)
+}
+
+// serveWatched serves an h2c stream watched for the stream idle timeout:
+// cancel (r's context's) resets it.
+func (p *proxy) serveWatched(w http.ResponseWriter, r *http.Request, cancel context.CancelCauseFunc, start time.Time, serve func(http.ResponseWriter, *http.Request, time.Time)) {
+	is := &idleStream{ResponseWriter: w, idle: p.opts.StreamIdleTimeout, cancel: cancel}
+	defer is.stop()
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &idleBody{ReadCloser: r.Body, s: is}
+	}
+	serve(is, r, start)
+}
+
+// errRequestTimeout ends an h2c stream at its request timeout,
+// errStreamIdle one silent for the stream idle timeout.
+var (
+	errRequestTimeout = errors.New("the request timeout passed")
+	errStreamIdle     = errors.New("no byte either way for the stream idle timeout")
+)
+
+// idleStream is an h2c stream's response, watched for the stream idle
+// timeout from its head on: no byte of the response written and none of
+// the request body read for that long cancels the stream (the reverse
+// proxy then resets it, and the app's).
+type idleStream struct {
+	http.ResponseWriter
+	idle   time.Duration
+	cancel context.CancelCauseFunc
+	last   atomic.Int64 // unix nanos of the last byte either way
+
+	mu      sync.Mutex
+	timer   *time.Timer // from the head on
+	stopped bool
+}
+
+func (s *idleStream) touch() { s.last.Store(time.Now().UnixNano()) }
+
+// arm starts the watch (once).
+func (s *idleStream) arm() {
+	s.touch()
+	s.mu.Lock()
+	if s.timer == nil && !s.stopped {
+		s.timer = time.AfterFunc(s.idle, s.check)
+	}
+	s.mu.Unlock()
+}
+
+func (s *idleStream) check() {
+	since := time.Duration(time.Now().UnixNano() - s.last.Load())
+	if since >= s.idle {
+		s.cancel(errStreamIdle)
+		return
+	}
+	s.mu.Lock()
+	if !s.stopped {
+		s.timer.Reset(s.idle - since)
+	}
+	s.mu.Unlock()
+}
+
+func (s *idleStream) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+}
+
+func (s *idleStream) WriteHeader(code int) {
+	s.ResponseWriter.WriteHeader(code)
+	if code >= 200 {
+		s.arm()
+	}
+}
+
+func (s *idleStream) Write(b []byte) (int, error) {
+	s.arm()
+	n, err := s.ResponseWriter.Write(b)
+	s.touch()
+	return n, err
+}
+
+// Flush flushes the stream (the reverse proxy flushes every write).
+func (s *idleStream) Flush() {
+	http.NewResponseController(s.ResponseWriter).Flush()
+	s.touch()
+}
+
+// Unwrap returns the wrapped writer (http.ResponseController).
+func (s *idleStream) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// idleBody is an h2c request body whose reads count as bytes passing.
+type idleBody struct {
+	io.ReadCloser
+	s *idleStream
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.s.touch()
+	}
+	return n, err
+}
+
+// serveH2 proxies one h2c stream (counted or not by the caller).
+func (p *proxy) serveH2(rp *httputil.ReverseProxy) func(http.ResponseWriter, *http.Request, time.Time) {
+	return func(w http.ResponseWriter, r *http.Request, start time.Time) {
 		if p.tracer == nil {
 			p.rec.Serve(rp, w, r, start)
 			return
@@ -118,10 +302,7 @@ func newH2CServer(p *proxy) *h2cServer {
 			}
 		}
 		span.End()
-	})
-	h := &h2cServer{handler: handler, idle: p.opts.IdleTimeout, header: p.opts.HeaderTimeout, errLog: errLog}
-	h.cur = h.newGen()
-	return h
+	}
 }
 
 func (h *h2cServer) newGen() *h2cGen {

@@ -11,6 +11,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/readiness"
 	"github.com/ebb-dev/ebb/internal/sidecarapi"
+	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -39,6 +40,26 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// MaxHeaderBytes is the largest request head accepted; larger gets 431.
 	MaxHeaderBytes int
+	// StaticResponses is a JSON array of staticanswer.Rule (set by the
+	// webhook from the app's RoutePolicy): the sidecar answers the Always
+	// rules itself, and leaves out of the counts the requests an AtZero
+	// rule without header conditions matches. Empty: none.
+	StaticResponses string
+	// Concurrency is the most requests (an upgraded connection and an h2c
+	// stream each one) the app is given at once; 0: no limit.
+	Concurrency int
+	// ConcurrencyQueue is how many requests wait, first come first served,
+	// beyond Concurrency; past it 503 with Retry-After.
+	ConcurrencyQueue int
+	// RequestTimeout bounds one exchange from its head received to the end
+	// of the response: 504 before the app's response head, the connection
+	// closed after it. 0: no limit. An upgraded connection is bounded by
+	// StreamIdleTimeout instead, once its 101 is sent.
+	RequestTimeout time.Duration
+	// StreamIdleTimeout closes both sides of an upgraded connection, or of
+	// an exchange whose body is still streaming, once no byte has passed
+	// either way for this long (an h2c stream is reset).
+	StreamIdleTimeout time.Duration
 	// AppReadiness is the app's own readiness check (readiness.Check in its
 	// JSON form, from the app container's readiness probe); empty: the app
 	// is ready when its port accepts connections.
@@ -64,6 +85,14 @@ type Options struct {
 // response head unless told otherwise.
 const DefaultResponseHeaderTimeout = 10 * time.Minute
 
+// DefaultStreamIdleTimeout is how long an upgraded connection or a
+// streaming exchange may pass no byte either way unless told otherwise.
+const DefaultStreamIdleTimeout = time.Hour
+
+// DefaultConcurrencyQueue is how many requests wait beyond --concurrency
+// unless told otherwise.
+const DefaultConcurrencyQueue = 100
+
 // DefaultOptions returns the options used when neither a flag nor an
 // environment variable sets them.
 func DefaultOptions() Options {
@@ -79,6 +108,8 @@ func DefaultOptions() Options {
 		// but live app, a bound for one that never answers.
 		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
 		MaxHeaderBytes:        64 << 10,
+		ConcurrencyQueue:      DefaultConcurrencyQueue,
+		StreamIdleTimeout:     DefaultStreamIdleTimeout,
 		Counting:              true,
 		RequestMetrics:        true,
 		Tracing:               tracing.DefaultOptions(),
@@ -105,6 +136,11 @@ func (o *Options) Bind(s *options.Set) {
 	s.Duration(&o.IdleTimeout, "idle-timeout", "idle keep-alive timeout and stalled body timeout")
 	s.Duration(&o.ResponseHeaderTimeout, "response-header-timeout", "longest wait for the app's response head (504 after it; 0: no limit)")
 	s.Int(&o.MaxHeaderBytes, "max-header-bytes", "largest request head accepted (431 above)")
+	s.String(&o.StaticResponses, "static-responses", "static responses as a JSON array of rules (set by the webhook from the app's RoutePolicy): Always rules are answered here, never reaching the app nor counted; requests of AtZero rules without header conditions reach the app uncounted")
+	s.Int(&o.Concurrency, "concurrency", "most requests the app is given at once, the rest queued (0: no limit)")
+	s.Int(&o.ConcurrencyQueue, "concurrency-queue", "requests that wait beyond --concurrency (503 with Retry-After past them)")
+	s.Duration(&o.RequestTimeout, "request-timeout", "longest exchange, from the request head to the end of the response (504 before the response head, the connection closed after it; 0: no limit)")
+	s.Duration(&o.StreamIdleTimeout, "stream-idle-timeout", "an upgraded connection (WebSocket) or a streaming exchange is closed after this long without a byte either way")
 	s.String(&o.AppReadiness, "app-readiness", "the app's readiness check as JSON (set by the webhook from the app's readiness probe); empty: ready when the app's port accepts")
 	s.Bool(&o.Counting, "counting", "count requests (turn off only to benchmark)")
 	s.Bool(&o.RequestMetrics, "request-metrics", "export the request-duration histogram and status counts")
@@ -153,6 +189,21 @@ func (o Options) Validate() error {
 	}
 	if o.MaxHeaderBytes < 1<<10 || o.MaxHeaderBytes > 1<<20 {
 		problems = append(problems, fmt.Errorf("--max-header-bytes %d: must be between 1024 and 1048576", o.MaxHeaderBytes))
+	}
+	if _, err := staticanswer.Parse(o.StaticResponses); err != nil {
+		problems = append(problems, fmt.Errorf("--static-responses: %w", err))
+	}
+	if o.Concurrency < 0 {
+		problems = append(problems, fmt.Errorf("--concurrency %d: must not be negative (0: no limit)", o.Concurrency))
+	}
+	if o.ConcurrencyQueue < 0 {
+		problems = append(problems, fmt.Errorf("--concurrency-queue %d: must not be negative", o.ConcurrencyQueue))
+	}
+	if o.RequestTimeout < 0 {
+		problems = append(problems, fmt.Errorf("--request-timeout %v: must not be negative (0: no limit)", o.RequestTimeout))
+	}
+	if o.StreamIdleTimeout <= 0 {
+		problems = append(problems, fmt.Errorf("--stream-idle-timeout %v: must be positive", o.StreamIdleTimeout))
 	}
 	if o.AppReadiness != "" {
 		if _, err := readiness.Parse(o.AppReadiness); err != nil {

@@ -2,6 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
+	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -68,6 +72,7 @@ type proxy struct {
 	metrics        prometheus.Registerer // reg, with the ebb_instance label
 	rec            *reqmetrics.Recorder  // nil: request metrics off
 	tracer         trace.Tracer          // nil: tracing off
+	ctl            *controls             // nil: no route control set
 }
 
 func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {
@@ -79,6 +84,7 @@ func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {
 		app:    newAppState(opts),
 		reg:    prometheus.NewRegistry(),
 		tracer: tracer,
+		ctl:    newControls(opts),
 	}
 	var reg prometheus.Registerer = p.reg
 	if opts.Instance != "" {
@@ -94,6 +100,7 @@ func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {
 		HeaderTimeout:         opts.HeaderTimeout,
 		IdleTimeout:           opts.IdleTimeout,
 		ResponseHeaderTimeout: opts.ResponseHeaderTimeout,
+		TunnelIdleTimeout:     opts.StreamIdleTimeout,
 		MaxHeaderBytes:        opts.MaxHeaderBytes,
 	}, p, p.h2.handOff, log)
 	return p
@@ -102,10 +109,96 @@ func newProxy(opts Options, log logr.Logger, tracer trace.Tracer) *proxy {
 // ServeRequest counts and proxies one request (h1.Handler).
 func (p *proxy) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 	p.arrived()
+	if p.ctl != nil {
+		return p.serveControlled(cc, rq)
+	}
 	if p.cnt.on {
 		p.cnt.begin(cc.Began())
 		defer p.cnt.inFlight.Add(-1)
 	}
+	return p.forward(cc, rq)
+}
+
+// serveControlled serves one request under the route controls: a static
+// answer, or the request counted (unless an AtZero rule exempts it),
+// through the concurrency limit and within the request timeout.
+func (p *proxy) serveControlled(cc *h1.Conn, rq *h1.Request) bool {
+	c := p.ctl
+	head := time.Now()
+	exempt := false
+	if c.static != nil {
+		if r := c.static.MatchBytes(cc.Method(), cc.Target(), func(name string) ([]byte, bool) {
+			v, n := cc.Header(name)
+			return v, n == 1
+		}); r != nil {
+			if r.When == staticanswer.Always {
+				c.countAnswer(r)
+				return cc.AnswerFixed(r, r.Status)
+			}
+			exempt = r.Exempts()
+		}
+	}
+	switch {
+	case exempt:
+		c.exempt.Add(1)
+		defer c.exempt.Add(-1)
+	case p.cnt.on:
+		p.cnt.begin(cc.Began())
+		defer p.cnt.inFlight.Add(-1)
+	}
+	var deadline time.Time
+	if c.timeout > 0 {
+		deadline = head.Add(c.timeout)
+	}
+	if c.lim != nil {
+		switch c.lim.acquire(func(ready <-chan struct{}) bool { return waitH1(cc, ready, deadline) }) {
+		case queueFull:
+			return cc.Answer(http.StatusServiceUnavailable, "Retry-After: 1\r\n", c.lim.queueFullBody())
+		case gaveUp:
+			if !deadline.IsZero() && !time.Now().Before(deadline) && !cc.ClientGone() {
+				return cc.Answer(http.StatusGatewayTimeout, "", timeoutBody(c.timeout))
+			}
+			cc.NetConn().Close()
+			return false
+		}
+		defer c.lim.release()
+	}
+	if !deadline.IsZero() {
+		// What is left of it after the queue.
+		cc.SetTimeouts(h1.Timeouts{Request: max(time.Until(deadline), time.Nanosecond)})
+	}
+	return p.forward(cc, rq)
+}
+
+// waitH1 waits for ready while the client is there and deadline (if any)
+// has not passed, checking every clientCheck.
+func waitH1(cc *h1.Conn, ready <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(clientCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ready:
+			return true
+		case now := <-t.C:
+			if cc.ClientGone() || (!deadline.IsZero() && !now.Before(deadline)) {
+				return false
+			}
+			next := clientCheck
+			if !deadline.IsZero() {
+				next = min(next, deadline.Sub(now))
+			}
+			t.Reset(next)
+		}
+	}
+}
+
+// clientCheck is how often a queued request checks that its client is
+// still there (the engine checks as often while a request waits on the
+// app).
+const clientCheck = 100 * time.Millisecond
+
+// forward proxies one request to the app.
+func (p *proxy) forward(cc *h1.Conn, rq *h1.Request) bool {
 	if p.tracer != nil {
 		return p.serveTraced(cc, rq)
 	}
@@ -173,7 +266,7 @@ func (p *proxy) waitQuiet(ctx context.Context, delay time.Duration, deadline tim
 	defer tick.Stop()
 	for {
 		now := time.Now()
-		if p.cnt.inFlight.Load() == 0 && now.UnixNano()-p.quietFrom.Load() >= int64(delay) {
+		if p.busy() == 0 && now.UnixNano()-p.quietFrom.Load() >= int64(delay) {
 			return true
 		}
 		if now.After(deadline) {
@@ -187,10 +280,26 @@ func (p *proxy) waitQuiet(ctx context.Context, delay time.Duration, deadline tim
 	}
 }
 
+// busy is how many requests are at the app or queued for it: the counted
+// ones and those an AtZero static response left out of the counts.
+func (p *proxy) busy() int64 {
+	n := p.cnt.inFlight.Load()
+	if p.ctl != nil {
+		n += p.ctl.exempt.Load()
+	}
+	return n
+}
+
 // UpstreamError counts and logs an app that is not answering, or not in
 // time (h1.Handler).
 func (p *proxy) UpstreamError(_ *h1.Upstream, err error) string {
 	p.upstreamErrors.Add(1)
+	var te *h1.ResponseTimeoutError
+	if p.ctl != nil && p.ctl.timeout > 0 && errors.As(err, &te) && te.After != p.opts.ResponseHeaderTimeout {
+		// The request timeout's remainder, not the response-header timeout.
+		p.log.V(1).Info("the app did not answer within the request timeout", "upstream", p.opts.Upstream, "timeout", p.ctl.timeout.String())
+		return strings.TrimSuffix(timeoutBody(p.ctl.timeout), "\n")
+	}
 	p.log.V(1).Info("the app is not answering", "upstream", p.opts.Upstream, "error", err.Error())
 	return "ebb-sidecar: the app is not answering on its port (" + p.opts.Upstream + "): " + err.Error()
 }

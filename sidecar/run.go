@@ -134,7 +134,7 @@ func (s *server) drain() error {
 	deadline := start.Add(s.opts.DrainTimeout)
 	s.log.Info("draining", "inFlight", p.cnt.inFlight.Load(), "timeout", s.opts.DrainTimeout.String())
 	tick := time.NewTicker(5 * time.Millisecond)
-	for p.cnt.inFlight.Load() > 0 && time.Now().Before(deadline) {
+	for p.busy() > 0 && time.Now().Before(deadline) {
 		<-tick.C
 	}
 	tick.Stop()
