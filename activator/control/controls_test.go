@@ -87,3 +87,43 @@ func TestRouteControlsReachTheRouter(t *testing.T) {
 		}
 	}
 }
+
+// A fallback naming the app's own Service is not used: its ClusterIP
+// leads back to the hand-off slice, where the request would be held again
+// at each timeout. The request gets its 504.
+func TestFallbackToOwnServiceIgnored(t *testing.T) {
+	names := groupsuffix.MustNew(groupsuffix.Default)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := routingv1alpha1.AddToScheme(scheme, names.Group()); err != nil {
+		t.Fatal(err)
+	}
+	fb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "fallback") }))
+	t.Cleanup(fb.Close)
+	_, port, _ := net.SplitHostPort(fb.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "hello"}, Spec: corev1.ServiceSpec{ClusterIP: "127.0.0.1", Ports: []corev1.ServicePort{{Name: "http", Port: int32(p)}}}}
+	route := &routingv1alpha1.AppRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "hello", Generation: 1},
+		Spec: routingv1alpha1.AppRouteSpec{
+			Hosts:            []string{"hello.example.com"},
+			Service:          routingv1alpha1.ServiceReference{Name: "hello"},
+			ScaleTargetRef:   routingv1alpha1.ScaleTargetReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello"},
+			AppPort:          8080,
+			ColdStartTimeout: &metav1.Duration{Duration: 50 * time.Millisecond},
+			Fallback:         &routingv1alpha1.ServiceReference{Name: "hello"},
+		},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(svc).Build()
+	rt := proxy.NewRouter(proxy.RouterOptions{})
+	t.Cleanup(rt.Close)
+	s := &sources{cache: c, names: names, log: logr.Discard(), router: rt}
+	s.rebuild(t.Context(), []*routingv1alpha1.AppRoute{route})
+	w := httptest.NewRecorder()
+	rt.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://hello.example.com/", nil))
+	if w.Code != http.StatusGatewayTimeout {
+		t.Errorf("got %d %q, want the 504 of the cold-start timeout", w.Code, w.Body.String())
+	}
+}

@@ -33,9 +33,10 @@ import (
 )
 
 // PlaceholderAnnotation (<suffix>/placeholder: "true" on an AppRoute, which
-// the webhook copies from the pod template) turns on the placeholder page
-// for browsers during a cold start. The AppRoute has no spec field for it
-// yet.
+// the webhook copies from the pod template) turns on the built-in
+// placeholder page for browsers during a cold start; an AppRoute's
+// spec.placeholder (from its RoutePolicy) is a page of the route's own,
+// served in its place.
 const PlaceholderAnnotation = "placeholder"
 
 const byService = "service"
@@ -289,7 +290,13 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		}
 		rt.Value.Static, rt.Value.Page = s.compiled(r)
 		if f := r.Spec.Fallback; f != nil && f.Name != "" {
-			rt.Value.Fallback = s.fallbackAddr(ctx, r.Namespace, f)
+			if f.Name == r.Spec.Service.Name {
+				// Its ClusterIP leads back to the hand-off slice: the request
+				// would be held again, and again at each timeout.
+				s.log.V(1).Info("fallback is the app's own Service; held requests get no fallback", "route", key.String())
+			} else {
+				rt.Value.Fallback = s.fallbackAddr(ctx, r.Namespace, f)
+			}
 		}
 		if r.Spec.ScaleTargetRef.Kind == "Deployment" {
 			rt.Value.Deployment = r.Spec.ScaleTargetRef.Name

@@ -14,6 +14,16 @@
 //     never read while held.
 //   - Per-app and global hold limits answer 503 with Retry-After, the
 //     cold-start timeout 504; a client that leaves frees its slot at once.
+//   - A request a route's static response answers (any rule while the
+//     app has no ready pod, an Always rule while it has one) is answered
+//     from the rule: never held, counted or told to the scaler. Only a
+//     canonical path matches (internal/staticanswer).
+//   - A held request goes to its route's fallback Service (its ClusterIP,
+//     from the cache) at the cold-start timeout or when a queue or cap is
+//     full, sent whole as received; when the fallback fails before its
+//     answer's head, the client gets the 504 or 503 it would have got.
+//   - A request forwarded (warm, released, or to a fallback) is bounded by
+//     its route's timeouts (AppConfig.Timeouts) or the Router's.
 //   - An activator never forwards to an activator (the control loops leave
 //     hand-off slices out of every endpoint set).
 //   - Shutdown answers whatever the data port took before it returns: a
