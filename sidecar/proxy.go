@@ -133,7 +133,7 @@ func (p *proxy) serveControlled(cc *h1.Conn, rq *h1.Request) bool {
 		}); r != nil {
 			if r.When == staticanswer.Always {
 				c.countAnswer(r)
-				return cc.AnswerFixed(r, r.Status)
+				return cc.AnswerWith(r.Status, r.AppendResponse)
 			}
 			exempt = r.Exempts()
 		}
