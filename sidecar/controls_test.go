@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/ebb-dev/ebb/internal/testwait"
@@ -567,4 +569,80 @@ func TestControlOptions(t *testing.T) {
 			t.Errorf("error does not say %q:\n%v", w, err)
 		}
 	}
+}
+
+// h2cEvent reads frames of an h2c connection until stream id gets its
+// response head (status), an RST_STREAM (reset) or the deadline passes;
+// it answers SETTINGS and PINGs meanwhile.
+func h2cEvent(t *testing.T, conn net.Conn, fr *http2.Framer, id uint32, within time.Duration) (status string, hdr map[string]string, reset bool) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(within))
+	if fr.ReadMetaHeaders == nil {
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("stream %d: %v", id, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				fr.WritePing(true, f.Data)
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == id {
+				hdr := map[string]string{}
+				for _, h := range f.RegularFields() {
+					hdr[h.Name] = h.Value
+				}
+				return f.PseudoValue("status"), hdr, false
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				return "", nil, true
+			}
+		}
+	}
+}
+
+// TestH2CRouteControls: over h2c, the request timeout answers 504 before
+// the response head, a stream silent both ways for the stream idle
+// timeout is reset, and past the concurrency limit and its queue a
+// stream gets 503 with Retry-After; the count drops each time.
+func TestH2CRouteControls(t *testing.T) {
+	app := startTestApp(t)
+	o := testOptions(app.addr)
+	o.RequestTimeout = 2 * time.Second
+	o.StreamIdleTimeout = 300 * time.Millisecond
+	o.Concurrency, o.ConcurrencyQueue = 1, 0
+	r := startSidecar(t, o)
+
+	conn, fr := h2cHandshake(t, r.addr)
+	start := time.Now()
+	writeHeaders(t, fr, 1, true, ":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/slow?d=5s")
+	if status, _, _ := h2cEvent(t, conn, fr, 1, 5*time.Second); status != "504" || time.Since(start) > 4*time.Second {
+		t.Errorf("past the request timeout: status %q after %v, want 504 after 2s", status, time.Since(start))
+	}
+
+	// An SSE stream whose app is silent for 3 s after its first event.
+	writeHeaders(t, fr, 3, true, ":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/sse?n=2&interval=3s")
+	if status, _, _ := h2cEvent(t, conn, fr, 3, 5*time.Second); status != "200" {
+		t.Fatalf("SSE: status %q", status)
+	}
+	testwait.For(t, 5*time.Second, "the SSE stream counted", func() bool { return readStats(t, r).InFlight == 1 })
+	// The limit is taken: the next stream is refused at once.
+	writeHeaders(t, fr, 5, true, ":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/")
+	if status, hdr, _ := h2cEvent(t, conn, fr, 5, 5*time.Second); status != "503" || hdr["retry-after"] != "1" {
+		t.Errorf("past the limit and queue: status %q retry-after %q, want 503 and 1", status, hdr["retry-after"])
+	}
+	start = time.Now()
+	if _, _, reset := h2cEvent(t, conn, fr, 3, 5*time.Second); !reset || time.Since(start) > 2*time.Second {
+		t.Errorf("a silent stream: reset %v after %v, want reset at the stream idle timeout (300ms)", reset, time.Since(start))
+	}
+	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
 }
