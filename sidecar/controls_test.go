@@ -646,3 +646,52 @@ func TestH2CRouteControls(t *testing.T) {
 	}
 	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
 }
+
+// TestWaitForDrainWaitsForExemptRequests: a request an AtZero rule leaves
+// out of the counts is still waited for by the drain's quiet period.
+func TestWaitForDrainWaitsForExemptRequests(t *testing.T) {
+	app := startWatchedApp(t)
+	o := testOptions(app.addr)
+	o.StaticResponses = rulesJSON(t, staticanswer.Rule{Name: "probe", Path: "/hold"})
+	o.DrainDelay = 100 * time.Millisecond
+	o.DrainTimeout = 400 * time.Millisecond
+	r := startSidecar(t, o)
+	c, _ := dialRaw(t, r.addr)
+	io.WriteString(c, "GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
+	testwait.For(t, 5*time.Second, "the app has the probe", func() bool { return app.cur.Load() == 1 })
+	if s := readStats(t, r); s.InFlight != 0 {
+		t.Fatalf("exempt request counted: %+v", s)
+	}
+	start := time.Now()
+	code, _ := get(t, http.DefaultClient, "http://"+r.admin+"/wait-for-drain")
+	if took := time.Since(start); code != 503 || took < o.DrainTimeout {
+		t.Errorf("/wait-for-drain with an exempt request at the app: %d after %v, want 503 after the drain timeout %v", code, took, o.DrainTimeout)
+	}
+}
+
+// TestQueueWaitCountsTowardRequestTimeout: the request timeout runs from
+// the request head, queue included: a request still queued at its end gets
+// 504 naming it and never reaches the app.
+func TestQueueWaitCountsTowardRequestTimeout(t *testing.T) {
+	app := startWatchedApp(t)
+	o := testOptions(app.addr)
+	o.Concurrency = 1
+	o.RequestTimeout = 500 * time.Millisecond
+	r := startSidecar(t, o)
+	c1, _ := dialRaw(t, r.addr)
+	io.WriteString(c1, "GET /hold/1 HTTP/1.1\r\nHost: a\r\n\r\n")
+	testwait.For(t, 5*time.Second, "the first at the app", func() bool { return app.cur.Load() == 1 })
+	c2, br2 := dialRaw(t, r.addr)
+	start := time.Now()
+	io.WriteString(c2, "GET /hold/2 HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp, body := readResponse(t, br2, "GET")
+	if took := time.Since(start); resp.StatusCode != 504 || !strings.Contains(body, "request timeout (500ms)") || took > 2*time.Second {
+		t.Errorf("queued past the request timeout: %d %q after %v, want 504 naming it after 500ms", resp.StatusCode, body, took)
+	}
+	if d := cmp.Diff([]string{"/hold/1"}, app.targets()); d != "" {
+		t.Errorf("the app's requests (-want +got):\n%s", d)
+	}
+	if v, _ := metric(t, r, "ebb_sidecar_queued_requests"); v != "0" {
+		t.Errorf("queued %s after the timeout, want 0", v)
+	}
+}
