@@ -532,3 +532,65 @@ func TestStaticAndFallbackSeriesOnFirstUse(t *testing.T) {
 		t.Errorf("outcomes %v, want static 1, fallback 1, timeout 0", got)
 	}
 }
+
+// TestStreamIdleTimeoutH2C: on net/http's path (h2c), a streamed
+// response silent both ways for the route's stream idle timeout is ended,
+// the client's stream and the app's request both; the wait for the
+// response head is the response-header timeout's, not this one's.
+func TestStreamIdleTimeoutH2C(t *testing.T) {
+	appDone := make(chan time.Time, 4)
+	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/late" {
+			time.Sleep(600 * time.Millisecond)
+			io.WriteString(w, "late")
+			return
+		}
+		w.WriteHeader(200)
+		io.WriteString(w, "a")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-r.Context().Done():
+			appDone <- time.Now()
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	app.Config.Protocols = new(http.Protocols)
+	app.Config.Protocols.SetHTTP1(true)
+	app.Config.Protocols.SetUnencryptedHTTP2(true)
+	app.Start()
+	t.Cleanup(app.Close)
+	rt, url, _ := rigProtocols(t, RouterOptions{}, AppConfig{Timeouts: h1.Timeouts{StreamIdle: 300 * time.Millisecond}}, true)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
+	get := func(path string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url+path, nil)
+		req.Host = "hello.test"
+		return h2cClient(t).Do(req)
+	}
+	start := time.Now()
+	resp, err := get("/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Errorf("a silent stream ended cleanly (%q), want it cut", b)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond || took > 2*time.Second {
+		t.Errorf("cut after %v, want about 300ms", took)
+	}
+	select {
+	case <-appDone:
+	case <-time.After(3 * time.Second):
+		t.Error("the app's request was not ended")
+	}
+	resp, err = get("/late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "late" {
+		t.Errorf("a head later than the stream idle timeout: got %d %q, want 200 late", resp.StatusCode, b)
+	}
+}

@@ -3,8 +3,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httputil"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	h1 "github.com/ebb-dev/ebb/internal/http1"
@@ -105,7 +108,7 @@ func (rt *Router) fallbackHTTP(w http.ResponseWriter, r *http.Request, a *app, c
 	// gRPC stays HTTP/2 (h2c); anything else goes over HTTP/1.1, which
 	// any fallback speaks.
 	f := &fallbackReq{addr: a.cfg.Load().Fallback, h2: r.ProtoMajor == 2 && reqmetrics.IsGRPC(r), code: code, retryAfter: retryAfter, msg: msg}
-	r, cancel := rt.withTimeouts(r.WithContext(context.WithValue(r.Context(), fallbackKey{}, f)), a)
+	w, r, cancel := rt.withTimeouts(w, r.WithContext(context.WithValue(r.Context(), fallbackKey{}, f)), a)
 	defer cancel()
 	rw := &reqmetrics.Writer{ResponseWriter: w}
 	start := time.Now()
@@ -144,9 +147,13 @@ func (rt *Router) timeouts(a *app) h1.Timeouts {
 	return t
 }
 
-// withTimeouts gives r, forwarded to a by net/http's path, a's request
-// and response-header timeouts; call cancel once it is answered.
-func (rt *Router) withTimeouts(r *http.Request, a *app) (*http.Request, context.CancelFunc) {
+// withTimeouts gives r, forwarded to a by net/http's path, a's request,
+// response-header and stream idle timeouts: the answer goes through the
+// returned writer; call cancel once it is done. Once the response head is
+// out, a stream idle timeout cancels r when no byte has gone either way
+// for that long (net/http then ends both sides: the client's stream or
+// connection, the app's).
+func (rt *Router) withTimeouts(w http.ResponseWriter, r *http.Request, a *app) (http.ResponseWriter, *http.Request, context.CancelFunc) {
 	t := rt.timeouts(a)
 	ctx := r.Context()
 	if t.ResponseHeader > 0 {
@@ -156,7 +163,107 @@ func (rt *Router) withTimeouts(r *http.Request, a *app) (*http.Request, context.
 	if t.Request > 0 {
 		ctx, cancel = context.WithTimeout(ctx, t.Request)
 	}
-	return r.WithContext(ctx), cancel
+	if t.StreamIdle > 0 {
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		s := &idleStream{ResponseWriter: w, idle: t.StreamIdle, stop: stop}
+		w = s
+		r = r.WithContext(ctx)
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &idleBody{ReadCloser: r.Body, s: s}
+		}
+		outer := cancel
+		cancel = func() {
+			s.end()
+			stop(nil)
+			outer()
+		}
+		return w, r, cancel
+	}
+	return w, r.WithContext(ctx), cancel
+}
+
+// errStreamIdle ends a request of net/http's path silent past its stream
+// idle timeout.
+var errStreamIdle = errors.New("no byte either way within the stream idle timeout")
+
+// idleStream is a response writer that notes when a byte last went
+// either way, and cancels its request once none has for idle.
+type idleStream struct {
+	http.ResponseWriter
+	idle time.Duration
+	last atomic.Int64 // unix nanos
+	stop context.CancelCauseFunc
+
+	mu    sync.Mutex
+	timer *time.Timer // from the response head on
+	ended bool
+}
+
+func (s *idleStream) touch() { s.last.Store(time.Now().UnixNano()) }
+
+// start begins the watch, with the response head.
+func (s *idleStream) start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.timer == nil && !s.ended {
+		s.touch()
+		s.timer = time.AfterFunc(s.idle, s.check)
+	}
+}
+
+// end stops the watch.
+func (s *idleStream) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+}
+
+func (s *idleStream) check() {
+	quiet := time.Since(time.Unix(0, s.last.Load()))
+	if quiet >= s.idle {
+		s.stop(errStreamIdle)
+		return
+	}
+	s.mu.Lock()
+	if !s.ended {
+		s.timer.Reset(s.idle - quiet)
+	}
+	s.mu.Unlock()
+}
+
+func (s *idleStream) WriteHeader(code int) {
+	s.ResponseWriter.WriteHeader(code)
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		s.start()
+	}
+}
+
+func (s *idleStream) Write(b []byte) (int, error) {
+	s.start() // a Write without WriteHeader sends a 200 head
+	n, err := s.ResponseWriter.Write(b)
+	s.touch()
+	return n, err
+}
+
+// Unwrap lets http.ResponseController flush through (streams).
+func (s *idleStream) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// idleBody notes the request body's bytes in its idleStream.
+type idleBody struct {
+	io.ReadCloser
+	s *idleStream
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.s.touch()
+	}
+	return n, err
 }
 
 // headerTimeout bounds the wait for a response head by the request's

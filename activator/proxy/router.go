@@ -509,7 +509,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if up != nil {
 		rt.opts.Metrics.proxied.Inc()
-		r, cancel := rt.withTimeouts(r, a)
+		w, r, cancel := rt.withTimeouts(w, r, a)
 		defer cancel()
 		rt.opts.Requests.Serve(up, w, r, time.Now())
 		return
@@ -549,7 +549,7 @@ func (rt *Router) forwardHeld(w http.ResponseWriter, r *http.Request, a *app, up
 			tracing.Propagator.Inject(ctx, otelprop.HeaderCarrier(r.Header))
 		}
 	}
-	r, cancel := rt.withTimeouts(r, a)
+	w, r, cancel := rt.withTimeouts(w, r, a)
 	defer cancel()
 	m, ok := a.heldMarks(heldAt)
 	var head time.Time
