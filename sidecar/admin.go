@@ -27,6 +27,10 @@ var (
 func (p *proxy) adminHandler(bootID uint64) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+sidecarapi.StatsPath, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery == "detail" {
+			p.statsDetail(w)
+			return
+		}
 		bp := statsBufs.Get().(*[]byte)
 		snap := sidecarapi.Snapshot{InFlight: p.cnt.inFlight.Load(), Total: p.cnt.total.Load(), BootID: bootID, BusyFor: p.cnt.busyFor(time.Now())}
 		b := snap.Append((*bp)[:0])
@@ -63,6 +67,34 @@ func (p *proxy) adminHandler(bootID uint64) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.registry(), promhttp.HandlerOpts{}))
 	return mux
+}
+
+// statsDetail answers GET /stats?detail: the figures of the stats line,
+// named, one a line, and the concurrency limit's when one is set, for
+// people (the scaler reads the versioned line, which stays as it is).
+func (p *proxy) statsDetail(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header()["Cache-Control"] = noStore
+	b := []byte("in_flight ")
+	b = strconv.AppendInt(b, p.cnt.inFlight.Load(), 10)
+	b = append(b, "\ntotal "...)
+	b = strconv.AppendUint(b, p.cnt.total.Load(), 10)
+	b = append(b, "\nbusy_ms "...)
+	b = strconv.AppendInt(b, p.cnt.busyFor(time.Now()).Milliseconds(), 10)
+	if c := p.ctl; c != nil {
+		b = append(b, "\nuncounted_in_flight "...)
+		b = strconv.AppendInt(b, c.exempt.Load(), 10)
+		if l := c.lim; l != nil {
+			b = append(b, "\nconcurrency_limit "...)
+			b = strconv.AppendInt(b, int64(l.limit), 10)
+			b = append(b, "\nqueued "...)
+			b = strconv.AppendInt(b, l.queued.Load(), 10)
+			b = append(b, "\nqueue_limit "...)
+			b = strconv.AppendInt(b, int64(l.queueMax), 10)
+		}
+	}
+	b = append(b, '\n')
+	w.Write(b)
 }
 
 // appState tracks whether the app is ready by its own readiness check

@@ -287,6 +287,9 @@ func TestConcurrencyLimit(t *testing.T) {
 	if v, _ := metric(t, r, "ebb_sidecar_concurrency_limit"); v != "1" {
 		t.Errorf("ebb_sidecar_concurrency_limit %q, want 1", v)
 	}
+	if _, body := get(t, http.DefaultClient, "http://"+r.admin+"/stats?detail"); !strings.Contains(body, "in_flight 20\n") || !strings.Contains(body, "concurrency_limit 1\nqueued 19\nqueue_limit 100\n") {
+		t.Errorf("/stats?detail:\n%s\nwant the limit, 19 queued and 20 in flight", body)
+	}
 	for range n {
 		app.release <- struct{}{}
 	}
