@@ -12,12 +12,26 @@
 //     is counted: nothing a client sends (a kube-probe User-Agent, any
 //     header) exempts it. Kubelet probes stay uncounted because the webhook
 //     points the app container's probes at the app's own port, never at
-//     this one.
+//     this one. The only exceptions are the app's own static responses
+//     (--static-responses, internal/staticanswer): a request an Always rule
+//     matches is answered here and never reaches the app; one an AtZero
+//     rule without header conditions matches reaches it uncounted (the
+//     drain still waits for it). A path not in canonical form matches no
+//     rule.
+//   - With --concurrency N, at most N requests (a tunnel, an h2c stream
+//     each one) are at the app at once, the rest wait first come first
+//     served, counted in flight, up to --concurrency-queue (503 with
+//     Retry-After past it); none set, the request path pays one nil check
+//     for every route control.
 //   - A request leaves the count when its client leaves: within a client
 //     check (100 ms) of a FIN or reset while it waits on the app, whatever
 //     the client pipelined behind it or the app left unread; a tunnel once
 //     one side has closed its half and the other has been silent for the
 //     engine's half-close timeout (5 s), at once on a reset.
+//   - --request-timeout bounds an exchange from its head, queue included
+//     (504 before the response head, both connections closed after it);
+//     --stream-idle-timeout closes a tunnel or a streaming response silent
+//     both ways (an h2c stream is reset).
 //   - No connection waits unbounded on its client: a request head, or the
 //     h2c preface and first frame, within --header-timeout of its first
 //     byte; no request for --idle-timeout and the connection closes (h2c:
