@@ -8,6 +8,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -48,6 +49,13 @@ func BenchmarkHandlerChain(b *testing.B) {
 		"counting":           func(*Options) {},
 		"not-counting":       func(o *Options) { o.Counting = false },
 		"no-request-metrics": func(o *Options) { o.RequestMetrics = false },
+		// Every route control on, none answering: two static rules that do
+		// not match, a limit never reached, a request timeout.
+		"route-controls": func(o *Options) {
+			o.StaticResponses = `[{"name":"healthz","when":"Always","path":"/healthz"},{"name":"probe","path":"/probe"}]`
+			o.Concurrency = 1000
+			o.RequestTimeout = time.Minute
+		},
 	} {
 		b.Run(name, func(b *testing.B) {
 			o := testOptions(rawUpstream(b, smallResponse))
