@@ -405,6 +405,11 @@ func TestRequestTimeout(t *testing.T) {
 	if took := time.Since(start); resp.StatusCode != 504 || !strings.Contains(body, "request timeout (300ms)") || took > 2*time.Second {
 		t.Errorf("no head: %d %q after %v, want 504 naming the request timeout after 300ms", resp.StatusCode, body, took)
 	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Error("no head: the app's connection was not closed")
+	}
 
 	addr2, closed2 := stallingApp(t, 50*time.Millisecond)
 	o2 := testOptions(addr2)
@@ -427,7 +432,6 @@ func TestRequestTimeout(t *testing.T) {
 		t.Error("the app's connection was not closed")
 	}
 	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 && readStats(t, r2).InFlight == 0 })
-	_ = closed
 }
 
 // TestStreamIdleClosesWebSocket: an upgraded connection over which no
