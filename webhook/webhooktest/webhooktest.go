@@ -74,15 +74,15 @@ func checkAssets(dir string) error {
 	return nil
 }
 
-// CRDs are the generated CRDs of every instance (config/crd: AppRoute and
-// DomainClaim) moved to group.
+// CRDs are the generated CRDs of every instance (config/crd: AppRoute,
+// DomainClaim and RoutePolicy) moved to group.
 func CRDs(group string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, resource := range []string{routingv1alpha1.Resource, routingv1alpha1.DomainClaimResource} {
+	for _, resource := range []string{routingv1alpha1.Resource, routingv1alpha1.DomainClaimResource, routingv1alpha1.RoutePolicyResource} {
 		path := filepath.Join(root, "config", "crd", routingv1alpha1.DefaultGroup+"_"+resource+".yaml")
 		b, err := os.ReadFile(path)
 		if err != nil {

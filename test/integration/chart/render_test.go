@@ -54,6 +54,8 @@ func TestRenderDefault(t *testing.T) {
 		"Certificate ebb-system/ebb-webhook",
 		"ClusterRole ebb-activator.ebb.dev",
 		"ClusterRole ebb-approutes-view.ebb.dev",
+		"ClusterRole ebb-routepolicies-edit.ebb.dev",
+		"ClusterRole ebb-routepolicies-view.ebb.dev",
 		"ClusterRole ebb-scaler.ebb.dev",
 		"ClusterRole ebb-webhook.ebb.dev",
 		"ClusterRoleBinding ebb-activator.ebb.dev",
@@ -62,6 +64,7 @@ func TestRenderDefault(t *testing.T) {
 		"ConfigMap ebb-system/ebb-activator-pools",
 		"CustomResourceDefinition approutes.routing.ebb.dev",
 		"CustomResourceDefinition domainclaims.routing.ebb.dev",
+		"CustomResourceDefinition routepolicies.routing.ebb.dev",
 		"Deployment ebb-system/ebb-activator",
 		"Deployment ebb-system/ebb-scaler",
 		"Deployment ebb-system/ebb-webhook",
@@ -412,7 +415,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 
 // TestCRDMatchesConfig keeps the chart's CRDs equal to the ones
 // controller-gen generates into config/crd, up to their group and name:
-// AppRoute and DomainClaim in every release, FederatedScale with
+// AppRoute, DomainClaim and RoutePolicy in every release, FederatedScale with
 // federation.enabled. After
 // `make manifests`, refresh the chart's copies with `go test
 // ./test/integration/chart -run CRD -update`.
@@ -421,6 +424,7 @@ func TestCRDMatchesConfig(t *testing.T) {
 		{"routing.ebb.dev_approutes.yaml", "approutes", "ar"},
 		{"routing.ebb.dev_federatedscales.yaml", "federatedscales", "fs"},
 		{"routing.ebb.dev_domainclaims.yaml", "domainclaims", "dc"},
+		{"routing.ebb.dev_routepolicies.yaml", "routepolicies", "rp"},
 	} {
 		t.Run(crd.plural, func(t *testing.T) {
 			generated := filepath.Join(repo.MustRoot(t), "config", "crd", crd.file)
@@ -460,8 +464,8 @@ func TestCRDMatchesConfig(t *testing.T) {
 						rendered = c.DeepCopy()
 					}
 				}
-				if len(crds) != 3 || rendered == nil {
-					t.Fatalf("%d CRDs rendered with federation.enabled, want 3 with %s.routing.%s", len(crds), crd.plural, suffix)
+				if len(crds) != 4 || rendered == nil {
+					t.Fatalf("%d CRDs rendered with federation.enabled, want 4 with %s.routing.%s", len(crds), crd.plural, suffix)
 				}
 				if labels := rendered.GetLabels(); labels["app.kubernetes.io/instance"] != r.name {
 					t.Errorf("CRD labels %v lack the release", labels)
@@ -486,8 +490,8 @@ func TestCRDMatchesConfig(t *testing.T) {
 					t.Errorf("suffix %s: CRD (-config, renamed +chart):\n%s", suffix, diff)
 				}
 			}
-			if n := len(ofKind(render(t, defaultRelease), "CustomResourceDefinition")); n != 2 {
-				t.Errorf("%d CRDs rendered by default, want AppRoute's and DomainClaim's", n)
+			if n := len(ofKind(render(t, defaultRelease), "CustomResourceDefinition")); n != 3 {
+				t.Errorf("%d CRDs rendered by default, want AppRoute's, DomainClaim's and RoutePolicy's", n)
 			}
 		})
 	}

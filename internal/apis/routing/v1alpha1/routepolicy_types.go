@@ -13,6 +13,10 @@ const (
 
 // Bounds of a RoutePolicy, held by the CRD's schema.
 const (
+	// MaxStaticResponsesBytes bounds the bodies and headers of a policy's
+	// static responses together: every pod's sidecar carries them in its
+	// environment.
+	MaxStaticResponsesBytes = 16 << 10
 	MaxStaticResponses     = 16
 	MaxStaticBodyBytes     = 4096
 	MaxHeadersPerResponse  = 16
@@ -81,6 +85,7 @@ type RoutePolicySpec struct {
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.map(r, (has(r.response.body) ? bytes(r.response.body).size() : 0) + (has(r.response.headers) ? r.response.headers.map(h, size(h.name) + size(h.value)).sum() : 0) + (has(r.match.headers) ? r.match.headers.map(h, size(h.name) + size(h.value)).sum() : 0)).sum() <= 16384",message="staticResponses: their bodies and headers come to more than 16384 bytes in all (every pod's sidecar carries them); shorten them, or let the app serve the larger pages"
 	StaticResponses []StaticResponse `json:"staticResponses,omitempty"`
 
 	// Placeholder is the answer a browser (a GET that accepts text/html)
@@ -129,6 +134,7 @@ type StaticMatch struct {
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))",message="match.headers: a header name is given twice (names match without regard to case); give each header once"
 	Headers []HTTPHeader `json:"headers,omitempty"`
 }
 
@@ -152,6 +158,7 @@ type PathMatch struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.contains('?') && !self.contains('#') && !self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/..') && !self.endsWith('/.')",message="path.value: an absolute path starting with /, without a query, a fragment, an empty segment, . or .."
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[!-~]*$') && !self.contains('%') && !self.contains('\\\\')",message="path.value: visible ASCII without percent-encoding, a backslash or a space (a request path not in that form matches no rule); write the plain path, such as /healthz"
 	Value string `json:"value"`
 }
 
@@ -165,10 +172,12 @@ type HTTPHeader struct {
 	// Value is the header's value: visible ASCII and spaces, no line breaks.
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:Pattern=`^[\x20-\x7e]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith(' ') && !self.endsWith(' ')",message="value: no space at its start or end; remove it"
 	Value string `json:"value"`
 }
 
 // StaticAnswer is a fixed response.
+// +kubebuilder:validation:XValidation:rule="!has(self.status) || !(self.status in [204, 304]) || !has(self.body) || size(self.body) == 0",message="response.body: a 204 or 304 answer has no body; remove the body or choose another status"
 type StaticAnswer struct {
 	// Status is the response's status code.
 	// +kubebuilder:default=200
@@ -187,6 +196,7 @@ type StaticAnswer struct {
 	// Body of the response, at most 4096 bytes; none for status 204 and 304.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 4096",message="response.body: at most 4096 bytes (UTF-8); shorten it, or serve a larger page from the app"
 	Body string `json:"body,omitempty"`
 }
 

@@ -37,6 +37,10 @@ const (
 	// namespace scales the app on its counts (an external-push trigger
 	// whose app is the route's): nothing would wake it from zero.
 	ConditionScaledByKEDA = "ScaledByKEDA"
+	// ConditionFallbackReady is set when spec.fallback is: True when the
+	// Service exists with the TCP port held requests go to, False naming
+	// what is missing. Absent without a fallback.
+	ConditionFallbackReady = "FallbackReady"
 
 	// ConditionAdmitted is set by the activator pools: True naming the pool
 	// that serves the route (exactly one does), False when no pool's
@@ -269,7 +273,7 @@ type AppRouteStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, SidecarReachable, Conflicted, PodsInjected,
-	// ScaledByKEDA, Admitted, Propagated, Idle.
+	// ScaledByKEDA, FallbackReady, Admitted, Propagated, Idle.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
