@@ -17,11 +17,11 @@ const (
 	// static responses together: every pod's sidecar carries them in its
 	// environment.
 	MaxStaticResponsesBytes = 16 << 10
-	MaxStaticResponses     = 16
-	MaxStaticBodyBytes     = 4096
-	MaxHeadersPerResponse  = 16
-	MaxHeaderMatches       = 8
-	MaxPlaceholderBodySize = 64 << 10
+	MaxStaticResponses      = 16
+	MaxStaticBodyBytes      = 4096
+	MaxHeadersPerResponse   = 16
+	MaxHeaderMatches        = 8
+	MaxPlaceholderBodySize  = 64 << 10
 )
 
 // Conditions of a RoutePolicy.
