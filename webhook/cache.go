@@ -22,7 +22,9 @@ import (
 // object but AppRoutes no managed fields (the controller reads an
 // AppRoute's own, to drop the labels its last apply set: appliedLabels);
 // of KEDA's ScaledObjects only the spec fields ScaledByKEDA reads; of
-// Ingresses and HTTPRoutes only their hosts, paths and backends.
+// Ingresses and HTTPRoutes only their hosts, paths and backends; of
+// ConfigMaps only their metadata (the controllers watch them so, and read
+// a placeholder's page from the API server: see policies).
 // Every informer's watch errors go to gw (gatewayAPI.watchError).
 func cacheOptions(names groupsuffix.Names, gw *gatewayAPI) (cache.Options, error) {
 	app, err := labels.NewRequirement(names.AppLabel(), selection.Exists, nil)

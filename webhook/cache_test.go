@@ -37,7 +37,7 @@ func runningAppPod(t testing.TB) *corev1.Pod {
 			Resources: corev1.ResourceRequirements{},
 		}}, NodeName: "node-1", ServiceAccountName: "default"},
 	}
-	injected, _, err := inject.Inject(pod, inject.DefaultConfig(names, "test"))
+	injected, _, err := inject.Inject(pod, inject.DefaultConfig(names, "test"), inject.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,13 +43,18 @@ import (
 // (their labels opt apps in), Services and EndpointSlices (status), the
 // pods of this instance's apps (PodsInjected), MutatingWebhookConfigurations
 // (whether another instance is installed), KEDA ScaledObjects
-// (ScaledByKEDA), and Ingresses and the Gateway API's HTTPRoutes (the
-// hosts they route to an app's Service: spec.hostPaths), read only. The
-// admission handler reads nothing.
+// (ScaledByKEDA), Ingresses and the Gateway API's HTTPRoutes (the
+// hosts they route to an app's Service: spec.hostPaths), RoutePolicies
+// (copied into their apps' routes; their status written) and ConfigMaps
+// (their metadata watched; a placeholder's page read by a get), read
+// only. The admission handler reads RoutePolicies from the cache.
 //
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=approutes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=domainclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups=routing.ebb.dev,resources=routepolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=routing.ebb.dev,resources=routepolicies/status,verbs=update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
@@ -76,7 +81,8 @@ import (
 // It reads only its caches while nothing changes: every input of a route
 // is watched (Deployments, Namespaces, AppRoutes, DomainClaims, Services,
 // EndpointSlices, the instance's app pods, MutatingWebhookConfigurations,
-// KEDA's ScaledObjects, Ingresses and HTTPRoutes), and a route is applied
+// KEDA's ScaledObjects, Ingresses and HTTPRoutes, RoutePolicies and the
+// metadata of ConfigMaps), and a route is applied
 // or its status written
 // only when what it would send differs from what the route has. Nothing
 // requeues a route on a timer.
@@ -105,6 +111,15 @@ func newRouteReconciler(rts *routes, recorder events.EventRecorder, log logr.Log
 
 func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	names := r.routes.names
+	if r.routes.policies == nil {
+		r.routes.policies = &policies{names: names, client: mgr.GetClient(), api: mgr.GetAPIReader()}
+	}
+	if err := r.routes.policies.index(ctx, mgr); err != nil {
+		return err
+	}
+	if err := (&policyReconciler{policies: r.routes.policies, client: mgr.GetClient(), log: r.log.WithName("routepolicy")}).setup(mgr); err != nil {
+		return fmt.Errorf("set up RoutePolicy controller: %w", err)
+	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &appsv1.Deployment{}, appIndex, func(o client.Object) []string {
 		d, ok := o.(*appsv1.Deployment)
 		if !ok {
@@ -164,6 +179,25 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 			}
 			return r.routesOfServices(ctx, ing.Namespace, ingressServices(ing))
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// An app's RoutePolicy, before and after a change, and the
+		// ConfigMap of its placeholder (metadata only: the cache holds no
+		// ConfigMap's data).
+		Watches(&routingv1alpha1.RoutePolicy{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			pol, ok := o.(*routingv1alpha1.RoutePolicy)
+			if !ok {
+				return nil
+			}
+			return r.claimants(ctx, pol.Namespace, pol.Spec.App, "")
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var reqs []reconcile.Request
+			for _, p := range r.routes.policies.naming(ctx, o, func(pol *routingv1alpha1.RoutePolicy) types.NamespacedName {
+				return types.NamespacedName{Namespace: pol.Namespace, Name: pol.Spec.App}
+			}) {
+				reqs = append(reqs, r.claimants(ctx, p.Namespace, p.Name, "")...)
+			}
+			return reqs
+		})).
 		// Labelling a namespace routes its apps; unlabelling it, or
 		// labelling it for another instance called first, removes them.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -744,7 +778,60 @@ func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.App
 	meta.SetStatusCondition(&st.Conditions, conflicted)
 	meta.SetStatusCondition(&st.Conditions, injected)
 	meta.SetStatusCondition(&st.Conditions, r.scaledBy(ctx, route))
+	if route.Spec.Fallback == nil {
+		meta.RemoveStatusCondition(&st.Conditions, routingv1alpha1.ConditionFallbackReady)
+	} else {
+		fallback, err := r.fallbackReady(ctx, route)
+		if err != nil {
+			return nil, err
+		}
+		meta.SetStatusCondition(&st.Conditions, fallback)
+	}
 	return st, nil
+}
+
+// fallbackReady is the FallbackReady condition of a route with a fallback:
+// whether its Service exists with the TCP port held requests would go to
+// (the one named, else the Service's first TCP port).
+func (r *routeReconciler) fallbackReady(ctx context.Context, route *routingv1alpha1.AppRoute) (metav1.Condition, error) {
+	fb := route.Spec.Fallback
+	key := r.routes.names.Key(inject.AnnotationFallback)
+	cond := metav1.Condition{Type: routingv1alpha1.ConditionFallbackReady, ObservedGeneration: route.Generation, Status: metav1.ConditionFalse}
+	if fb.Name == route.Spec.Service.Name {
+		cond.Reason = "FallbackIsAppService"
+		cond.Message = fmt.Sprintf("the fallback Service %s is the app's own, which has no ready pod when the fallback would be used; set %s to another Service", fb.Name, key)
+		return cond, nil
+	}
+	var svc corev1.Service
+	err := r.routes.client.Get(ctx, types.NamespacedName{Namespace: route.Namespace, Name: fb.Name}, &svc, client.UnsafeDisableDeepCopy) // read only
+	switch {
+	case apierrors.IsNotFound(err):
+		cond.Reason = "ServiceNotFound"
+		cond.Message = fmt.Sprintf("the fallback Service %s (%s) does not exist in namespace %s; create it, or change or remove the annotation", fb.Name, key, route.Namespace)
+		return cond, nil
+	case err != nil:
+		return cond, fmt.Errorf("get fallback Service %s/%s: %w", route.Namespace, fb.Name, err)
+	}
+	var tcp []string
+	for _, p := range svc.Spec.Ports {
+		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		if fb.Port == 0 || p.Port == fb.Port {
+			cond.Status, cond.Reason = metav1.ConditionTrue, "ServiceFound"
+			cond.Message = fmt.Sprintf("a held request goes to Service %s port %d when the app has no ready pod within its cold-start timeout or its hold queue is full", fb.Name, p.Port)
+			return cond, nil
+		}
+		tcp = append(tcp, fmt.Sprint(p.Port))
+	}
+	if len(tcp) == 0 {
+		cond.Reason = "NoTCPPort"
+		cond.Message = fmt.Sprintf("the fallback Service %s has no TCP port; give it one, or name another Service in %s", fb.Name, key)
+		return cond, nil
+	}
+	cond.Reason = "NoSuchPort"
+	cond.Message = fmt.Sprintf("the fallback Service %s has no TCP port %d (its TCP ports: %s); set %s to %s:<one of them>", fb.Name, fb.Port, strings.Join(tcp, ", "), key, fb.Name)
+	return cond, nil
 }
 
 // applyStatus writes the controller's conditions and fields by server-side
@@ -756,7 +843,8 @@ func (r *routeReconciler) applyStatus(ctx context.Context, route *routingv1alpha
 	var mine []metav1.Condition
 	for _, c := range st.Conditions {
 		switch c.Type {
-		case routingv1alpha1.ConditionReady, routingv1alpha1.ConditionSidecarReachable, routingv1alpha1.ConditionConflicted, routingv1alpha1.ConditionPodsInjected, routingv1alpha1.ConditionScaledByKEDA:
+		case routingv1alpha1.ConditionReady, routingv1alpha1.ConditionSidecarReachable, routingv1alpha1.ConditionConflicted, routingv1alpha1.ConditionPodsInjected, routingv1alpha1.ConditionScaledByKEDA,
+			routingv1alpha1.ConditionFallbackReady:
 			mine = append(mine, c)
 		}
 	}

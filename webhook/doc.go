@@ -8,7 +8,9 @@
 //
 // Invariants:
 //   - Admission only injects: it makes no API call and writes nothing, so
-//     it is safe under dry run and when the controller is down.
+//     it is safe under dry run and when the controller is down. The app's
+//     RoutePolicy's static responses, which the sidecar gets, come from the
+//     manager's cache; a running pod keeps the ones it started with.
 //   - The controller, not admission, registers apps: it applies the
 //     AppRoute of every Deployment this instance routes (namespace labelled
 //     <suffix>/inject=enabled, template labelled <suffix>/app), whatever its
@@ -25,7 +27,9 @@
 //   - An idle fleet costs the controller nothing: every input of a route
 //     comes from a watch and the manager's cache (app pods labelled
 //     <suffix>/app only, stripped; KEDA's ScaledObjects once its API
-//     exists, looked for once a minute until then), no route is requeued
+//     exists, looked for once a minute until then; RoutePolicies; the
+//     metadata of ConfigMaps, whose data is read, one ConfigMap at a time,
+//     only when one a policy names has changed), no route is requeued
 //     on a timer, and a route or its status is written only when it would
 //     change. The elected replica's Lease renewal (every 15 s) is its only
 //     write.

@@ -15,12 +15,16 @@ import (
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
-// podInjector answers pod admissions: it injects the sidecar. It makes no
-// API call and writes nothing, dry run or not: the AppRoute controller
-// routes the app from its Deployment, before any pod is admitted.
+// podInjector answers pod admissions: it injects the sidecar, with the
+// static responses of the app's RoutePolicy read from the manager's cache.
+// It makes no API call and writes nothing, dry run or not: the AppRoute
+// controller routes the app from its Deployment, before any pod is
+// admitted.
 type podInjector struct {
 	cfg     inject.Config
 	decoder admission.Decoder
+	// policies gives the app's RoutePolicy (nil: none).
+	policies *policies
 }
 
 var _ admission.Handler = (*podInjector)(nil)
@@ -36,7 +40,7 @@ func (h *podInjector) Handle(ctx context.Context, req admission.Request) admissi
 // ReplicaSet controls is not checked further: that would cost a lookup).
 const warnNoDeployment = "no Deployment manages this pod, so ebb registers no AppRoute for it (ebb scales Deployments)"
 
-func (h *podInjector) handle(_ context.Context, req admission.Request) (admission.Response, string) {
+func (h *podInjector) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed(""), resultUnchanged
 	}
@@ -47,7 +51,8 @@ func (h *podInjector) handle(_ context.Context, req admission.Request) (admissio
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace // the hosts it may list depend on it
 	}
-	out, warnings, err := inject.Inject(pod, h.cfg)
+	pol, polWarnings := h.policy(ctx, pod)
+	out, warnings, err := inject.Inject(pod, h.cfg, pol)
 	var refusal *inject.RefusalError
 	switch {
 	case errors.As(err, &refusal):
@@ -59,6 +64,7 @@ func (h *podInjector) handle(_ context.Context, req admission.Request) (admissio
 		// Already injected (by us on a reinvocation, or by another instance).
 		return admission.Allowed("").WithWarnings(warnings...), resultUnchanged
 	}
+	warnings = append(warnings, polWarnings...)
 	if (req.DryRun == nil || !*req.DryRun) && replicaSetOf(pod) == nil {
 		warnings = append(warnings, warnNoDeployment)
 	}
@@ -71,6 +77,27 @@ func (h *podInjector) handle(_ context.Context, req admission.Request) (admissio
 		return admission.Errored(http.StatusInternalServerError, err), resultError
 	}
 	return admission.PatchResponseFromRaw(orig, injected).WithWarnings(warnings...), resultInjected
+}
+
+// policy is what the RoutePolicy of pod's app gives its sidecar, with a
+// warning when the policy's static responses cannot be given.
+func (h *podInjector) policy(ctx context.Context, pod *corev1.Pod) (inject.Policy, []string) {
+	app, ok := pod.Labels[h.cfg.Names.AppLabel()]
+	if h.policies == nil || !ok || inject.HasSidecar(&pod.Spec) {
+		return inject.Policy{}, nil
+	}
+	all, err := h.policies.forApp(ctx, pod.Namespace, app)
+	if err != nil {
+		return inject.Policy{}, []string{fmt.Sprintf("ebb could not read the RoutePolicies of app %s (%v): this pod's sidecar answers no static response; restart the pod to give it them", app, err)}
+	}
+	if len(all) == 0 {
+		return inject.Policy{}, nil
+	}
+	static, err := staticJSON(&all[0])
+	if err != nil {
+		return inject.Policy{}, []string{fmt.Sprintf("RoutePolicy %s: spec.staticResponses: %v; this pod's sidecar answers none of them", all[0].Name, err)}
+	}
+	return inject.Policy{StaticResponses: static}, nil
 }
 
 // patchDocument holds what Inject changes in a pod, at its path in the pod:

@@ -72,7 +72,7 @@ func TestPatch(t *testing.T) {
 		"no annotations": noAnnotations, "unnamed port": unnamedPort, "app is the second container": twoContainers,
 	} {
 		t.Run(name, func(t *testing.T) {
-			want, _, err := inject.Inject(pod, h.cfg)
+			want, _, err := inject.Inject(pod, h.cfg, inject.Policy{})
 			if err != nil {
 				t.Fatal(err)
 			}

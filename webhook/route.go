@@ -36,6 +36,8 @@ type routes struct {
 	cache  client.Reader // the manager's cache itself, for unstructured objects (KEDA's)
 	// gateway says whether HTTPRoutes are served and watched (nil: never).
 	gateway *gatewayAPI
+	// policies gives an app's RoutePolicy (nil: none is read).
+	policies *policies
 }
 
 // replicaSetOf returns the pod's controller reference when it is a
@@ -136,7 +138,36 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 	if svc != nil {
 		route.Spec.Service = routingv1alpha1.ServiceReference{Name: svc.Name, Port: port}
 	}
+	if err := r.withPolicy(ctx, route); err != nil {
+		return nil, app, nil, hostReport{}, err
+	}
 	return route, app, svc, report, nil
+}
+
+// withPolicy copies the app's RoutePolicy into route's spec: its static
+// responses as they are (unless the data path would refuse them), its
+// placeholder with the page read from the ConfigMap (unless it cannot be
+// read), and its name. The policy's Accepted condition says what was left
+// out (policyReconciler).
+func (r *routes) withPolicy(ctx context.Context, route *routingv1alpha1.AppRoute) error {
+	if r.policies == nil {
+		return nil
+	}
+	all, err := r.policies.forApp(ctx, route.Namespace, route.Name)
+	if err != nil || len(all) == 0 {
+		return err
+	}
+	pol := &all[0]
+	route.Spec.Policy = pol.Name
+	if _, err := staticJSON(pol); err == nil {
+		route.Spec.StaticResponses = pol.Spec.StaticResponses
+	}
+	ph, _, err := r.policies.placeholder(ctx, pol)
+	if err != nil {
+		return err
+	}
+	route.Spec.Placeholder = ph
+	return nil
 }
 
 // routeLabels are the AppRoute's labels: the <suffix>/route-labels of the

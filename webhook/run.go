@@ -98,10 +98,11 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), cache: mgr.GetCache(), gateway: gw}
+	pols := &policies{names: names, client: mgr.GetClient(), api: mgr.GetAPIReader()}
+	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), cache: mgr.GetCache(), gateway: gw, policies: pols}
 	rec := newRouteReconciler(rts, mgr.GetEventRecorder("ebb-webhook"), log.WithName("approute"))
 	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
-		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme)},
+		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme), policies: pols},
 	})
 	if err := rec.setup(ctx, mgr); err != nil {
 		return fmt.Errorf("set up AppRoute controller: %w", err)

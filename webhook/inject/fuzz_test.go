@@ -31,7 +31,7 @@ func FuzzInject(f *testing.F) {
 		if err := json.Unmarshal(data, &pod); err != nil {
 			return
 		}
-		got, _, err := Inject(&pod, testCfg)
+		got, _, err := Inject(&pod, testCfg, Policy{})
 		if err != nil {
 			var refusal *RefusalError
 			if !errors.As(err, &refusal) || len(refusal.Problems) == 0 {
@@ -48,7 +48,7 @@ func FuzzInject(f *testing.F) {
 				}
 			}
 		}
-		again, _, err := Inject(got, testCfg)
+		again, _, err := Inject(got, testCfg, Policy{})
 		if err != nil {
 			t.Fatalf("second Inject refused the injected pod: %v", err)
 		}

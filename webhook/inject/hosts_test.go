@@ -16,7 +16,7 @@ func TestInjectRefusesOtherNamespacesNames(t *testing.T) {
 		p.Namespace = "b"
 		p.Annotations["ebb.dev/hosts"] = "api.shop.svc.cluster.local, api.shop.svc, *.shop.svc.cluster.local, *.svc.cluster.local, x.pod.cluster.local, api, 198.19.0.20, *.19.0.20, api.shop.svc.corp.example, b.example.com"
 	})
-	_, _, err := Inject(pod, testCfg)
+	_, _, err := Inject(pod, testCfg, Policy{})
 	var refusal *RefusalError
 	if !errors.As(err, &refusal) {
 		t.Fatalf("Inject = %v; want a *RefusalError", err)
@@ -47,7 +47,7 @@ func TestInjectAcceptsOwnClusterNames(t *testing.T) {
 	pod := appPod(func(p *corev1.Pod) {
 		p.Annotations["ebb.dev/hosts"] = "hello-canary.shop.svc.cluster.local,*.shop.svc,hello.example.com"
 	})
-	if _, _, err := Inject(pod, testCfg); err != nil {
+	if _, _, err := Inject(pod, testCfg, Policy{}); err != nil {
 		t.Fatalf("Inject: %v", err)
 	}
 }

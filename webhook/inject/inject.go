@@ -48,6 +48,9 @@ const (
 	EnvStreamIdleTimeout = "EBB_STREAM_IDLE_TIMEOUT"
 	EnvConcurrency       = "EBB_CONCURRENCY"
 	EnvConcurrencyQueue  = "EBB_CONCURRENCY_QUEUE"
+	// EnvStaticResponses carries the app's RoutePolicy's static responses
+	// (Policy.StaticResponses), set only when it has some.
+	EnvStaticResponses = "EBB_STATIC_RESPONSES"
 	// EnvAppReadiness carries the app container's readiness probe to the
 	// sidecar (readiness.Check as JSON), set only when it has one the
 	// sidecar can run.
@@ -102,12 +105,21 @@ func DefaultConfig(names groupsuffix.Names, version string) Config {
 	}
 }
 
-// Inject returns a copy of pod with the ebb sidecar added, the warnings to
-// show the user, or a *RefusalError naming what is wrong. pod is not
-// modified. A pod that already has a container named ContainerName is
+// Policy is what the app's RoutePolicy gives the sidecar of a pod admitted
+// while the policy is the app's. A running pod keeps what it started with.
+type Policy struct {
+	// StaticResponses are the policy's static responses as the sidecar reads
+	// them: a JSON array of staticanswer.Rule, checked by
+	// staticanswer.Compile; "" for none.
+	StaticResponses string
+}
+
+// Inject returns a copy of pod with the ebb sidecar added, given what
+// the app's policy says (pol), the warnings to show the user, or a
+// *RefusalError naming what is wrong. pod is not modified. A pod that already has a container named ContainerName is
 // returned unchanged: silently when this instance injected it (so injecting
 // twice changes nothing), with a warning otherwise.
-func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
+func Inject(pod *corev1.Pod, cfg Config, pol Policy) (*corev1.Pod, []string, error) {
 	out := pod.DeepCopy()
 	if HasSidecar(&out.Spec) {
 		if _, ours := out.Annotations[cfg.Names.SidecarAnnotation()]; ours {
@@ -193,6 +205,9 @@ func Inject(pod *corev1.Pod, cfg Config) (*corev1.Pod, []string, error) {
 	}
 	if app.ConcurrencyQueueSet {
 		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvConcurrencyQueue, Value: strconv.Itoa(int(app.ConcurrencyQueue))})
+	}
+	if pol.StaticResponses != "" {
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvStaticResponses, Value: pol.StaticResponses})
 	}
 	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
 	if out.Annotations == nil {

@@ -408,7 +408,7 @@ func TestInject(t *testing.T) {
 				tc.cfg(&cfg)
 			}
 			before := tc.pod.DeepCopy()
-			got, warnings, err := Inject(tc.pod, cfg)
+			got, warnings, err := Inject(tc.pod, cfg, Policy{})
 			if err != nil {
 				t.Fatalf("Inject: %v", err)
 			}
@@ -421,7 +421,7 @@ func TestInject(t *testing.T) {
 			if diff := cmp.Diff(before, tc.pod); diff != "" {
 				t.Errorf("Inject modified its input (-before +after):\n%s", diff)
 			}
-			again, warnings2, err := Inject(got, cfg)
+			again, warnings2, err := Inject(got, cfg, Policy{})
 			if err != nil {
 				t.Fatalf("second Inject: %v", err)
 			}
@@ -534,7 +534,7 @@ func TestInjectRefuses(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := Inject(tc.pod, testCfg)
+			got, _, err := Inject(tc.pod, testCfg, Policy{})
 			var refusal *RefusalError
 			if !errors.As(err, &refusal) {
 				t.Fatalf("Inject = %v, %v; want a *RefusalError", got, err)
@@ -577,7 +577,7 @@ func TestParseApp(t *testing.T) {
 // accepts, and nothing extra by default.
 func TestInjectObservability(t *testing.T) {
 	envOf := func(cfg Config) map[string]string {
-		got, _, err := Inject(appPod(), cfg)
+		got, _, err := Inject(appPod(), cfg, Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -603,5 +603,46 @@ func TestInjectObservability(t *testing.T) {
 	}
 	if o.RequestMetrics || o.Tracing != cfg.Tracing || o.Instance != "ebb.dev" {
 		t.Errorf("sidecar options: request metrics %v, tracing %+v, instance %q", o.RequestMetrics, o.Tracing, o.Instance)
+	}
+}
+
+// TestRouteControlsReachTheSidecar: the route-control annotations, each at
+// its bound, and a policy's static responses reach the sidecar as
+// environment variables its own option parser takes with the same values.
+func TestRouteControlsReachTheSidecar(t *testing.T) {
+	pod := appPod(func(p *corev1.Pod) {
+		p.Annotations["ebb.dev/request-timeout"] = "24h"
+		p.Annotations["ebb.dev/stream-idle-timeout"] = "24h"
+		p.Annotations["ebb.dev/concurrency"] = "10000"
+		p.Annotations["ebb.dev/concurrency-queue"] = "100000"
+	})
+	static := `[{"name":"healthz","when":"Always","pathType":"Exact","path":"/healthz","body":"ok"}]`
+	got, _, err := Inject(pod, testCfg, Policy{StaticResponses: static})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, e := range got.Spec.InitContainers[0].Env {
+		env[e.Name] = e.Value
+	}
+	o, err := ebbsidecar.ParseOptions(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("the sidecar refuses its injected environment: %v", err)
+	}
+	if o.RequestTimeout != 24*time.Hour || o.StreamIdleTimeout != 24*time.Hour || o.Concurrency != 10000 || o.ConcurrencyQueue != 100000 || o.StaticResponses != static {
+		t.Errorf("sidecar options: request timeout %v, stream idle timeout %v, concurrency %d, queue %d, static responses %q",
+			o.RequestTimeout, o.StreamIdleTimeout, o.Concurrency, o.ConcurrencyQueue, o.StaticResponses)
+	}
+	for _, k := range []string{"ebb.dev/request-timeout", "ebb.dev/stream-idle-timeout", "ebb.dev/concurrency", "ebb.dev/concurrency-queue"} {
+		past := appPod(func(p *corev1.Pod) {
+			p.Annotations[k] = map[string]string{"ebb.dev/request-timeout": "24h1s", "ebb.dev/stream-idle-timeout": "24h1s",
+				"ebb.dev/concurrency": "10001", "ebb.dev/concurrency-queue": "100001"}[k]
+			if k == "ebb.dev/concurrency-queue" {
+				p.Annotations["ebb.dev/concurrency"] = "1"
+			}
+		})
+		if _, _, err := Inject(past, testCfg, Policy{}); err == nil || !strings.Contains(err.Error(), "annotation "+k+"=") {
+			t.Errorf("%s one past its bound: Inject = %v, want it refused naming the annotation", k, err)
+		}
 	}
 }
