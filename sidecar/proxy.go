@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -127,7 +128,7 @@ func (p *proxy) serveControlled(cc *h1.Conn, rq *h1.Request) bool {
 	head := time.Now()
 	exempt := false
 	if c.static != nil {
-		if r := c.static.MatchBytes(cc.Method(), cc.Target(), func(name string) ([]byte, bool) {
+		if r := c.static.MatchBytes(cc.Method(), originForm(cc.Target()), func(name string) ([]byte, bool) {
 			v, n := cc.Header(name)
 			return v, n == 1
 		}); r != nil {
@@ -168,6 +169,30 @@ func (p *proxy) serveControlled(cc *h1.Conn, rq *h1.Request) bool {
 		cc.SetTimeouts(h1.Timeouts{Request: max(time.Until(deadline), time.Nanosecond)})
 	}
 	return p.forward(cc, rq)
+}
+
+// originForm is the path and query of an absolute-form target
+// ("http://host/path?query" → "/path?query"), as net/http reads it and the
+// activator matches it; any other target as it is (a static rule's match
+// then decides: only an absolute path in canonical form can match).
+func originForm(t []byte) []byte {
+	if len(t) == 0 || t[0] == '/' {
+		return t
+	}
+	i := bytes.Index(t, []byte("://"))
+	if i < 0 {
+		return t
+	}
+	scheme := t[:i]
+	if !bytes.EqualFold(scheme, []byte("http")) && !bytes.EqualFold(scheme, []byte("https")) {
+		return t
+	}
+	rest := t[i+3:]
+	j := bytes.IndexAny(rest, "/?#")
+	if j < 0 || rest[j] != '/' {
+		return t
+	}
+	return rest[j:]
 }
 
 // waitH1 waits for ready while the client is there and deadline (if any)
