@@ -285,6 +285,14 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 	// app's Service are the app's), never written.
 	webhookAllowed = append(webhookAllowed, readOnlyRouting("shop").allowed...)
 	webhookDenied = append(webhookDenied, readOnlyRouting("shop").denied...)
+	// RoutePolicies are the users': the webhook reads them and writes their
+	// status only. ConfigMaps (a placeholder's page): read only.
+	webhookDenied = append(webhookDenied, policyWrites(group, "shop")...)
+	webhookDenied = append(webhookDenied,
+		access{"list", "routing.ebb.dev", "routepolicies", "", "", ""}, // another instance's policies
+		access{"create", "", "configmaps", "", "shop", ""}, access{"update", "", "configmaps", "", "shop", "waiting"},
+		access{"patch", "", "configmaps", "", "shop", "waiting"}, access{"delete", "", "configmaps", "", "shop", "waiting"},
+	)
 	webhookDenied = append(webhookDenied,
 		access{"list", "routing.ebb.dev", "approutes", "", "", ""}, // another instance's routes
 		access{"update", "coordination.k8s.io", "leases", "", ns, "activator." + suffix},
@@ -338,9 +346,15 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		component       string
 		allowed, denied []access
 	}
-	// Only the webhook reads Ingresses and HTTPRoutes.
+	// Only the webhook reads Ingresses and HTTPRoutes, RoutePolicies and
+	// the apps' ConfigMaps.
 	noRouting := readOnlyRouting("shop")
 	noRouting.denied = append(noRouting.denied, noRouting.allowed...)
+	noRouting.denied = append(noRouting.denied, policyWrites(group, "shop")...)
+	noRouting.denied = append(noRouting.denied,
+		access{"get", group, "routepolicies", "", "shop", "hello"}, access{"list", group, "routepolicies", "", "", ""},
+		access{"watch", group, "routepolicies", "", "", ""}, access{"patch", group, "routepolicies", "status", "shop", "hello"},
+		access{"get", "", "configmaps", "", "shop", "waiting"}, access{"list", "", "configmaps", "", "", ""})
 	components := []component{
 		{"webhook", webhookAllowed, append(webhookDenied, noSecrets...)},
 		{"activator", activatorAllowed, slices.Concat(activatorDenied, noSecrets, noRouting.denied)},
@@ -417,6 +431,16 @@ func readOnlyRouting(ns string) (out struct{ allowed, denied []access }) {
 			access{"update", r.group, r.resource, "status", ns, "hello"}, access{"patch", r.group, r.resource, "status", ns, "hello"})
 	}
 	return out
+}
+
+// policyWrites are writes of the users' RoutePolicies in ns, which no ebb
+// component may make (the webhook writes their status only).
+func policyWrites(group, ns string) []access {
+	return []access{
+		{"create", group, "routepolicies", "", ns, ""}, {"update", group, "routepolicies", "", ns, "hello"},
+		{"patch", group, "routepolicies", "", ns, "hello"}, {"delete", group, "routepolicies", "", ns, "hello"},
+		{"deletecollection", group, "routepolicies", "", ns, ""},
+	}
 }
 
 func allowed(ctx context.Context, c *cluster.Cluster, user, saNamespace string, a access) (bool, error) {
