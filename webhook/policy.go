@@ -54,7 +54,8 @@ type policies struct {
 	client client.Reader // the manager's cache
 	api    client.Reader // the API server, for the one ConfigMap a page is in
 	// pages are the placeholder pages read, by ConfigMap and key
-	// (pageKey → page).
+	// (pageKey → page): one page (at most 64 KiB) per ConfigMap key a
+	// policy's placeholder has named, until its ConfigMap is deleted.
 	pages sync.Map
 }
 
@@ -258,6 +259,7 @@ func (r *policyReconciler) setup(mgr ctrl.Manager) error {
 			return ofApp(ctx, o.GetNamespace(), o.GetName())
 		}), builder.WithPredicates(createdOrDeleted)).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			r.policies.forget(ctx, o)
 			return r.policies.naming(ctx, o, func(pol *routingv1alpha1.RoutePolicy) types.NamespacedName {
 				return types.NamespacedName{Namespace: pol.Namespace, Name: pol.Name}
 			})
@@ -267,6 +269,22 @@ func (r *policyReconciler) setup(mgr ctrl.Manager) error {
 
 // createdOrDeleted lets through an object's creation and deletion only.
 var createdOrDeleted = predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+
+// forget drops the pages read from ConfigMap cm once it is deleted (gone
+// from the cache, which is updated before its watch's handlers run).
+func (p *policies) forget(ctx context.Context, cm client.Object) {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := p.client.Get(ctx, client.ObjectKeyFromObject(cm), meta); !apierrors.IsNotFound(err) {
+		return
+	}
+	p.pages.Range(func(k, _ any) bool {
+		if pk := k.(pageKey); pk.namespace == cm.GetNamespace() && pk.name == cm.GetName() {
+			p.pages.Delete(k)
+		}
+		return true
+	})
+}
 
 // naming maps a ConfigMap to what key says of each RoutePolicy of its
 // namespace whose placeholder reads it.

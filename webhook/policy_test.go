@@ -1,11 +1,17 @@
 package webhook
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/staticanswer"
@@ -48,5 +54,27 @@ func TestStaticRules(t *testing.T) {
 	in[1].Response.Body = "a 204 with a body"
 	if _, err := StaticRules(in); err == nil || !strings.Contains(err.Error(), `rule "any": body: a 204 answer has no body`) {
 		t.Errorf("StaticRules of a 204 with a body = %v", err)
+	}
+}
+
+// TestForgetDeletedConfigMapsPages: the pages read from a ConfigMap go with
+// it, those of ConfigMaps still there stay.
+func TestForgetDeletedConfigMapsPages(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	kept := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "kept"}}
+	p := &policies{client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(kept).Build()}
+	for _, k := range []pageKey{{"shop", "gone", "a"}, {"shop", "gone", "b"}, {"shop", "kept", "a"}, {"other", "gone", "a"}} {
+		p.pages.Store(k, page{body: "x"})
+	}
+	p.forget(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "gone"}})
+	p.forget(context.Background(), kept)
+	var left []pageKey
+	p.pages.Range(func(k, _ any) bool { left = append(left, k.(pageKey)); return true })
+	want := []pageKey{{"other", "gone", "a"}, {"shop", "kept", "a"}}
+	if diff := cmp.Diff(want, left, cmp.AllowUnexported(pageKey{}), cmpopts.SortSlices(func(a, b pageKey) bool { return a.namespace+a.name+a.key < b.namespace+b.name+b.key })); diff != "" {
+		t.Errorf("pages left (-want +got):\n%s", diff)
 	}
 }
