@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -35,10 +36,11 @@ const FieldManager = "ebb-activator"
 const RouteLabel = "approute"
 
 // handoff is the endpoint hand-off controller, run by the elected replica:
-// for each AppRoute whose app has no ready endpoint, or whose Deployment is
-// scaled to 0, it publishes an extra EndpointSlice for the app's Service
-// that points at the ready activator pods; it removes it once the app has a
-// ready endpoint. It only ever touches slices managed by activator.<suffix>.
+// for each AppRoute whose app may go to zero (Idle), whose Deployment is
+// scaled to 0, or which has no ready endpoint, it publishes an extra
+// EndpointSlice for the app's Service that points at the ready activator
+// pods; it removes it once the app has a ready endpoint and is not idle.
+// It only ever touches slices managed by activator.<suffix>.
 type handoff struct {
 	cfg       Config
 	names     groupsuffix.Names
@@ -160,7 +162,8 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 	if len(ports) == 0 {
 		return "", nil
 	}
-	if !h.needsHandoff(ctx, r, svc) {
+	why := h.needsHandoff(ctx, r, svc)
+	if why == "" {
 		return "", nil
 	}
 	if pool, _ := h.bind.admit(ctx, r); pool != h.cfg.Pool {
@@ -190,7 +193,7 @@ func (h *handoff) reconcile(ctx context.Context, r *routingv1alpha1.AppRoute) (s
 		return name, fmt.Errorf("apply hand-off slice %s/%s (next try in %v): %w", r.Namespace, name, wait, err)
 	}
 	h.backoff.succeeded(key)
-	h.log.Info("hand-off slice published", "namespace", r.Namespace, "service", svc.Name, "slice", name, "activators", len(want.Endpoints))
+	h.log.Info("hand-off slice published", "namespace", r.Namespace, "service", svc.Name, "slice", name, "activators", len(want.Endpoints), "why", why)
 	return name, nil
 }
 
@@ -212,7 +215,7 @@ func (h *handoff) movedTo(ctx context.Context, sl *discoveryv1.EndpointSlice) st
 		return ""
 	}
 	svc := h.src.service(ctx, r.Namespace, r.Spec.Service.Name)
-	if svc == nil || !h.needsHandoff(ctx, &r, svc) {
+	if svc == nil || h.needsHandoff(ctx, &r, svc) == "" {
 		return ""
 	}
 	return pool
@@ -234,12 +237,24 @@ func (h *handoff) otherPoolServes(ctx context.Context, sl *discoveryv1.EndpointS
 	return false
 }
 
-// needsHandoff: the Deployment is scaled to 0 (published before its last
-// pod stops serving), or no app endpoint is ready and not terminating.
-func (h *handoff) needsHandoff(ctx context.Context, r *routingv1alpha1.AppRoute, svc *corev1.Service) bool {
+// needsHandoff says why r's Service needs the hand-off slice, or "" when
+// it does not: the app may go to zero (mayGoToZero), the Deployment is
+// scaled to 0, or no app endpoint is ready and not terminating.
+//
+// The first is what keeps a request from falling between the last pod and
+// the activators at 1 → 0 (or N → 0): the slice is in every consumer's
+// configuration a cooldownPeriod before KEDA writes replicas=0. Published
+// only at replicas=0, it came 30–50 ms after the EndpointSlice controller
+// had made the last endpoint terminating; kube-proxy falls back to
+// terminating endpoints, but an ingress controller that drops them (Traefik)
+// had no server for the app until it applied the slice, 2 s later.
+func (h *handoff) needsHandoff(ctx context.Context, r *routingv1alpha1.AppRoute, svc *corev1.Service) string {
+	if mayGoToZero(r) {
+		return "the app is idle: KEDA may take it to zero"
+	}
 	var d appsv1.Deployment
 	if err := h.src.cache.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}, &d); err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
-		return true
+		return "the Deployment is scaled to 0"
 	}
 	for _, sl := range h.src.slicesOf(ctx, svc.Namespace, svc.Name) {
 		if isHandoff(&sl) {
@@ -247,11 +262,11 @@ func (h *handoff) needsHandoff(ctx context.Context, r *routingv1alpha1.AppRoute,
 		}
 		for _, e := range sl.Endpoints {
 			if ptr.Deref(e.Conditions.Ready, true) && !ptr.Deref(e.Conditions.Terminating, false) {
-				return false
+				return ""
 			}
 		}
 	}
-	return true
+	return "no ready endpoint"
 }
 
 func (h *handoff) current(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, bool) {
@@ -341,4 +356,19 @@ func (h *handoff) delete(ctx context.Context, sl *discoveryv1.EndpointSlice, why
 	}
 	h.log.Info("hand-off slice removed", "namespace", sl.Namespace, "service", sl.Labels[discoveryv1.LabelServiceName], "slice", sl.Name, "why", why)
 	return nil
+}
+
+// mayGoToZero reports whether KEDA may take r's app to zero: its Idle
+// condition, written by the scaler KEDA asks, is True (the scaler tells
+// KEDA the app is inactive; KEDA waits the ScaledObject's cooldownPeriod,
+// then sets replicas to 0). While the slice is up and the app still warm,
+// the activators forward what reaches them to the ready pods, whose
+// sidecars count it: the app turns active, Idle False, and the slice goes.
+// A route that no ScaledObject scales (ScaledByKEDA False) has nothing
+// that takes it to zero, and no scaler keeps its Idle true to the figures
+// any more: its Idle counts for nothing. A route without Idle (no scaler
+// has written it yet) is not idle.
+func mayGoToZero(r *routingv1alpha1.AppRoute) bool {
+	return meta.IsStatusConditionTrue(r.Status.Conditions, routingv1alpha1.ConditionIdle) &&
+		!meta.IsStatusConditionFalse(r.Status.Conditions, routingv1alpha1.ConditionScaledByKEDA)
 }
