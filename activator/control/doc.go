@@ -5,8 +5,8 @@
 //     through Table;
 //   - handoff and propagation (the replica that holds its pool's Lease,
 //     leadership.go) write the hand-off EndpointSlices that point an app at
-//     zero at the pool's ready activators, and the Admitted/Propagated
-//     conditions;
+//     zero, or idle and about to go to zero, at the pool's ready activators,
+//     and the Admitted/Propagated conditions;
 //   - the cold-start watcher and status (coldwatch.go) see a cold start's
 //     phases on the API server and record the last one in the AppRoute.
 //
