@@ -372,7 +372,7 @@ func TestReadmeExampleHangsTogether(t *testing.T) {
 		got, want any
 	}{
 		{"the Deployment's app label", app == nil, false},
-		{"the pod template's hosts annotation", get("Deployment", "spec", "template", "metadata", "annotations", "ebb.dev/hosts") == nil, false},
+		{"no hosts annotation (an Ingress's or HTTPRoute's hosts are the app's: the next section)", get("Deployment", "spec", "template", "metadata", "annotations", "ebb.dev/hosts") == nil, true},
 		{"the Service's targetPort", get("Service", "spec", "ports", 0, "targetPort"), get("Deployment", "spec", "template", "spec", "containers", 0, "ports", 0, "name")},
 		{"the Service's selector", get("Service", "spec", "selector", "app"), get("Deployment", "spec", "template", "metadata", "labels", "app")},
 		{"the ScaledObject's target", get("ScaledObject", "spec", "scaleTargetRef", "name"), get("Deployment", "metadata", "name")},
