@@ -57,8 +57,26 @@ func TestRequestMetrics(t *testing.T) {
 	get(t, http.DefaultClient, "http://"+down.addr+"/")
 
 	testwait.For(t, 5*time.Second, "nothing in flight", func() bool { return readStats(t, r).InFlight == 0 })
-	_, body := get(t, http.DefaultClient, "http://"+r.admin+"/metrics")
-	for _, want := range []string{
+	// A request is observed once its answer is written, so a client may
+	// see the answer first: scrape until the series are there (or 5 s).
+	lacking := func(admin string, wants ...string) []string {
+		var missing []string
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, body := get(t, http.DefaultClient, "http://"+admin+"/metrics")
+			missing = missing[:0]
+			for _, want := range wants {
+				if !strings.Contains(body, want+"\n") {
+					missing = append(missing, want)
+				}
+			}
+			if len(missing) == 0 || time.Now().After(deadline) {
+				return missing
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, want := range lacking(r.admin,
 		`ebb_sidecar_request_duration_seconds_count{code="2xx",protocol="http1"} 1`,
 		`ebb_sidecar_request_duration_seconds_count{code="4xx",protocol="http1"} 1`,
 		`ebb_sidecar_request_duration_seconds_count{code="1xx",protocol="upgrade"} 1`,
@@ -66,13 +84,10 @@ func TestRequestMetrics(t *testing.T) {
 		`ebb_sidecar_request_duration_seconds_count{code="2xx",protocol="grpc"} 2`,
 		`ebb_sidecar_grpc_requests_total{grpc_code="OK"} 1`,
 		`ebb_sidecar_grpc_requests_total{grpc_code="NotFound"} 1`,
-	} {
-		if !strings.Contains(body, want+"\n") {
-			t.Errorf("/metrics lacks %s", want)
-		}
+	) {
+		t.Errorf("/metrics lacks %s", want)
 	}
-	_, body = get(t, http.DefaultClient, "http://"+down.admin+"/metrics")
-	if want := `ebb_sidecar_request_duration_seconds_count{code="5xx",protocol="http1"} 1`; !strings.Contains(body, want+"\n") {
+	for _, want := range lacking(down.admin, `ebb_sidecar_request_duration_seconds_count{code="5xx",protocol="http1"} 1`) {
 		t.Errorf("/metrics of a sidecar whose app is down lacks %s", want)
 	}
 
