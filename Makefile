@@ -35,7 +35,7 @@ TEST_FLAGS ?= -count=1 -timeout 80m
 # and for FUZZTIME each by `make fuzz`; the differential ones compare the
 # HTTP/1.1 engine's parsers, the sidecar's h2c path and the stats reader
 # with net/http's.
-FUZZ_TARGETS  := internal/http1:FuzzDifferentialRequest internal/http1:FuzzDifferentialResponse internal/http1:FuzzReadRequest sidecar:FuzzDifferentialH2C webhook/inject:FuzzInject internal/sidecarapi:FuzzParseSnapshot internal/sidecarapi:FuzzReadStatsResponse
+FUZZ_TARGETS  := internal/http1:FuzzDifferentialRequest internal/http1:FuzzDifferentialResponse internal/http1:FuzzReadRequest sidecar:FuzzDifferentialH2C webhook/inject:FuzzInject internal/sidecarapi:FuzzParseSnapshot internal/sidecarapi:FuzzReadStatsResponse internal/staticanswer:FuzzMatch
 TEST_FUZZTIME ?= 15s
 FUZZTIME      ?= 5m
 # Modules whose CRDs the chart tests apply (cert-manager, ServiceMonitor).
