@@ -305,27 +305,48 @@ func (cc *Conn) closeGently() {
 }
 
 // writeResponse writes the engine's own response: code, the header lines
-// in header (each ending in CRLF), text/plain, body.
+// in header (each ending in CRLF), text/plain, body (none to a HEAD).
 func (cc *Conn) writeResponse(code int, header, body string, keep bool) {
 	cc.req.status = code
-	b := cc.resp[:0]
+	b := appendAnswer(cc.resp[:0], code, header, body, keep, cc.req.rq.isHead)
+	cc.c.SetWriteDeadline(time.Now().Add(cc.o.HeaderTimeout))
+	cc.wdl = time.Time{}
+	cc.c.Write(b)
+	cc.resp = b[:0]
+}
+
+// appendAnswer appends to b a response of the engine's own making: the
+// status line, the header lines in header (each ending in CRLF; a
+// Content-Type among them, or text/plain is sent), the framing and the
+// body. A 1xx, 204 or 304 has no body by rule (RFC 9110 section 6.4.1,
+// RFC 9112 section 6.3): none goes out, nor a Content-Length, whatever body
+// says; a HEAD's answer has the Content-Length its GET would have and no
+// body. Bytes after such a head would be read as the next response on
+// the connection.
+func appendAnswer(b []byte, code int, header, body string, keep, head bool) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
 	b = append(b, http.StatusText(code)...)
 	b = append(b, "\r\n"...)
 	b = append(b, header...)
-	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
-	if !keep {
-		b = append(b, "\r\nConnection: close"...)
+	if !containsFold([]byte(header), "content-type:") {
+		b = append(b, "Content-Type: text/plain; charset=utf-8\r\n"...)
 	}
-	b = append(b, "\r\n\r\n"...)
-	b = append(b, body...)
-	cc.c.SetWriteDeadline(time.Now().Add(cc.o.HeaderTimeout))
-	cc.wdl = time.Time{}
-	cc.c.Write(b)
-	cc.resp = b[:0]
+	noBody := code < 200 || code == http.StatusNoContent || code == http.StatusNotModified
+	if !noBody {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
+	}
+	if !keep {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	if !head && !noBody {
+		b = append(b, body...)
+	}
+	return b
 }
 
 // prefixConn replays bytes already read before reading from the connection.

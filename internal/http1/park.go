@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"net"
-	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -104,7 +102,8 @@ func (p *Parked) Drop() {
 
 // Answer answers the current request with the engine's own response:
 // code, the header lines in header (each ending in CRLF; a Content-Type
-// among them, or text/plain is sent), and body. It reports whether the
+// among them, or text/plain is sent), and body: none to a HEAD, and no
+// body nor Content-Length with a 1xx, 204 or 304 (appendAnswer). It reports whether the
 // connection may carry another request: not when the client asked to
 // close, nor during a drain, nor when the request has a body that has not
 // all arrived yet (one that has is discarded); the connection is then
@@ -113,25 +112,7 @@ func (cc *Conn) Answer(code int, header, body string) bool {
 	rq := &cc.req.rq
 	keep := !rq.closeAfter && !cc.draining() && cc.discardBuffered(rq)
 	cc.req.status = code
-	b := cc.resp[:0]
-	b = append(b, "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(code), 10)
-	b = append(b, ' ')
-	b = append(b, http.StatusText(code)...)
-	b = append(b, "\r\n"...)
-	b = append(b, header...)
-	if !containsFold([]byte(header), "content-type:") {
-		b = append(b, "Content-Type: text/plain; charset=utf-8\r\n"...)
-	}
-	b = append(b, "Content-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
-	if !keep {
-		b = append(b, "\r\nConnection: close"...)
-	}
-	b = append(b, "\r\n\r\n"...)
-	if !rq.isHead {
-		b = append(b, body...)
-	}
+	b := appendAnswer(cc.resp[:0], code, header, body, keep, rq.isHead)
 	cc.c.SetWriteDeadline(time.Now().Add(cc.o.HeaderTimeout))
 	cc.wdl = time.Time{}
 	cc.c.Write(b)
