@@ -338,8 +338,11 @@ func waitAtZeroForTraefik(t *testing.T, a *install.AppAtZero) {
 //     ready, Traefik stops sending through the activator within 10 s of
 //     the hand-off slice's removal (the activators' warm-path counter and
 //     each request's X-Forwarded-For tell); a WebSocket through Traefik
-//     to the warm app echoes; once traffic stops, Idle turns True and the
-//     app goes to zero while Traefik holds keep-alive connections to it;
+//     to the warm app echoes; once traffic stops, Idle turns True, the
+//     hand-off slice is published beside the pod (so Traefik, which stops
+//     sending to a terminating endpoint at once, has the activators when
+//     the pod goes), and the app goes to zero while Traefik holds
+//     keep-alive connections to it;
 //   - gRPC through Traefik (the Service marked h2c, as Traefik asks) at
 //     zero and warm, the warm call counted by the sidecar.
 //
@@ -826,11 +829,26 @@ func zeroLossThroughTraefik(t *testing.T, b *behind) {
 	if err != nil {
 		fail("%v", err)
 	}
-	idleAfter := time.Since(pausedAt)
-	tl.mark(time.Now(), fmt.Sprintf("Idle True (%s): Traefik holds %d keep-alive connection(s) to the app's pods, %d to the activators", idle.Reason, atIdle, toActivators))
+	idleAt := time.Now()
+	tl.mark(idleAt, fmt.Sprintf("Idle True (%s): Traefik holds %d keep-alive connection(s) to the app's pods, %d to the activators", idle.Reason, atIdle, toActivators))
 	if atIdle == 0 {
 		t.Errorf("Traefik held no connection to the app's pods %v when Idle turned True: the test does not show that its keep-alive connections leave the app idle", slices.Sorted(maps.Keys(ips)))
 	}
+	// The hand-off slice is published once the app is Idle, before KEDA
+	// takes it to zero: Traefik stops sending to a terminating endpoint at
+	// once and applies the next change of its configuration only after
+	// its providersThrottleDuration (2 s), so a slice published after the
+	// last pod's endpoint turned terminating left it without a server
+	// ("503 no available server") for up to 2 s.
+	var published time.Time
+	if err := cluster.WaitFor(ctx, 30*time.Second, "the hand-off slice of idle "+a.Name, func(ctx context.Context) (bool, error) {
+		n, err := ebb.HandOffEndpoints(ctx, lc, a.Namespace, a.Name)
+		published = time.Now()
+		return n > 0, err
+	}); err != nil {
+		fail("%v", err)
+	}
+	tl.mark(published, "hand-off slice published")
 	if err := lc.WaitReplicas(ctx, a.Namespace, a.Name, 0, 90*time.Second); err != nil {
 		fail("scale to zero while Traefik holds keep-alive connections: %v", err)
 	}
@@ -839,9 +857,16 @@ func zeroLossThroughTraefik(t *testing.T, b *behind) {
 	if err != nil {
 		fail("%v", err)
 	}
-	tl.mark(zeroAt, fmt.Sprintf("replicas 0: Traefik holds %d keep-alive connection(s) to the app's pods", atZero))
-	fmt.Printf("FIGURE %s: Traefik's keep-alive connections: %d to the app's pods when Idle turned True %s after traffic stopped, %d when KEDA set replicas to 0; %d to the activators (left from the cold starts)\n",
-		b.Kind, atIdle, idleAfter.Round(100*time.Millisecond), atZero, toActivators)
+	handOff, err := ebb.HandOffEndpoints(ctx, lc, a.Namespace, a.Name)
+	if err != nil {
+		fail("%v", err)
+	}
+	tl.mark(zeroAt, fmt.Sprintf("replicas 0: Traefik holds %d keep-alive connection(s) to the app's pods; %d hand-off endpoint(s)", atZero, handOff))
+	if handOff == 0 {
+		t.Errorf("the hand-off slice, published %s after Idle turned True, was gone when KEDA set replicas to 0", published.Sub(idleAt).Round(10*time.Millisecond))
+	}
+	fmt.Printf("FIGURE %s: Traefik's keep-alive connections: %d to the app's pods when Idle turned True %s after traffic stopped, %d when KEDA set replicas to 0; %d to the activators (left from the cold starts); the hand-off slice seen %s after Idle turned True, %s before replicas 0\n",
+		b.Kind, atIdle, idleAt.Sub(pausedAt).Round(100*time.Millisecond), atZero, toActivators, published.Sub(idleAt).Round(10*time.Millisecond), zeroAt.Sub(published).Round(100*time.Millisecond))
 
 	// 0 → 1 again: traffic resumes at once, onto the draining pod or the
 	// activators.
@@ -855,70 +880,50 @@ func zeroLossThroughTraefik(t *testing.T, b *behind) {
 	all := append(slices.Clone(steady), bursts...)
 	mu.Unlock()
 	t.Logf("timeline:\n%s", tl.String())
-	var gap, lost []install.Result
+	t.Logf("EndpointSlices of %s around replicas 0 (%s):\n%s", a.Namespace, zeroAt.Format("15:04:05.000"), slicesAround(slicelog.String(), zeroAt, 3*time.Second))
+	var lost []install.Result
 	for _, r := range all {
-		switch {
-		case r.Err == nil && r.Status == http.StatusOK:
-		case inScaleDownGap(r, zeroAt):
-			gap = append(gap, r)
-		default:
+		if r.Err != nil || r.Status != http.StatusOK {
 			lost = append(lost, r)
 		}
 	}
-	fmt.Printf("FIGURE %s: zero loss through Traefik (0→1→%d→1→0→1, a request every 20 ms): lost %d of %d (%d steady, %d burst) beside %d answered 503 by Traefik in the gap at 1→0%s\n",
-		b.Kind, n, len(lost), len(all), len(steady), len(bursts), len(gap), gapSpan(gap, zeroAt))
-	if len(gap) > 0 {
-		t.Logf("KNOWN DEFECT (see scaleDownGap): %d requests sent %s after KEDA set replicas to 0 were answered %q by Traefik: its configuration had neither the app's last pod nor the activators' hand-off slice\nEndpointSlices of %s:\n%s",
-			len(gap), gapSpan(gap, zeroAt), "503 "+traefikNoServer, a.Namespace, slicelog.String())
-	}
+	fmt.Printf("FIGURE %s: zero loss through Traefik (0→1→%d→1→0→1, a request every 20 ms): lost %d of %d (%d steady, %d burst)\n",
+		b.Kind, n, len(lost), len(all), len(steady), len(bursts))
 	if len(lost) > 0 {
-		t.Errorf("not 200 through Traefik while the app went 0→1→N→1→0→1:\n%v\nEndpointSlices of %s:\n%s", install.Failures(lost), a.Namespace, slicelog.String())
+		first, last := lost[0].Sent, lost[0].Sent
+		for _, r := range lost {
+			if r.Sent.Before(first) {
+				first = r.Sent
+			}
+			if r.Sent.After(last) {
+				last = r.Sent
+			}
+		}
+		t.Errorf("not 200 through Traefik while the app went 0→1→N→1→0→1, sent %s to %s after replicas 0:\n%v\nEndpointSlices of %s:\n%s",
+			first.Sub(zeroAt).Round(10*time.Millisecond), last.Sub(zeroAt).Round(10*time.Millisecond), install.Failures(lost), a.Namespace, slicelog.String())
 	}
 	if n < 2 {
 		t.Errorf("the HPA reached %d replicas, want N ≥ 2", n)
 	}
 }
 
-// scaleDownGap bounds a known defect of ebb behind Traefik, at 1 → 0: when
-// KEDA sets replicas to 0, the last pod's endpoint turns terminating at
-// once (Traefik's Ingress provider fences it, its Gateway API provider
-// drops it: neither sends it new requests) and the activators' hand-off
-// slice is published 30–50 ms later; Traefik applies the first change at
-// once and holds the next for its providersThrottleDuration (2 s), so for
-// about 2 s its configuration has no server for the app and it answers
-// "503 no available server". kube-proxy, which falls back to terminating
-// endpoints that still serve, loses nothing there (TestZeroLossUnderChange).
-// Such answers to requests sent within scaleDownGap of KEDA's replicas=0
-// are counted and logged as this defect; any other failure fails the test.
-// It goes once the hand-off slice is published before the last pod's
-// endpoint stops being ready.
-const scaleDownGap = 3 * time.Second
-
-// traefikNoServer is the body of Traefik's 503 when a service has no
-// server it may send to.
-const traefikNoServer = "no available server"
-
-// inScaleDownGap tells a request lost to the known defect of scaleDownGap.
-func inScaleDownGap(r install.Result, zeroAt time.Time) bool {
-	return r.Err == nil && r.Status == http.StatusServiceUnavailable && r.Body == traefikNoServer &&
-		!r.Sent.Before(zeroAt.Add(-time.Second)) && r.Sent.Before(zeroAt.Add(scaleDownGap))
-}
-
-// gapSpan says when the requests of gap were sent, from zeroAt.
-func gapSpan(gap []install.Result, zeroAt time.Time) string {
-	if len(gap) == 0 {
-		return ""
-	}
-	first, last := gap[0].Sent, gap[0].Sent
-	for _, r := range gap {
-		if r.Sent.Before(first) {
-			first = r.Sent
+// slicesAround keeps the lines of a SliceLog (each begins with its time of
+// day) within d of at: how the app's endpoints and the hand-off slice
+// moved at 1 → 0.
+func slicesAround(log string, at time.Time, d time.Duration) string {
+	var keep []string
+	for _, line := range strings.Split(log, "\n") {
+		first, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		tod, err := time.ParseInLocation("15:04:05.000", first, at.Location())
+		if err != nil {
+			continue
 		}
-		if r.Sent.After(last) {
-			last = r.Sent
+		when := time.Date(at.Year(), at.Month(), at.Day(), tod.Hour(), tod.Minute(), tod.Second(), tod.Nanosecond(), at.Location())
+		if when.Sub(at).Abs() <= d {
+			keep = append(keep, line)
 		}
 	}
-	return fmt.Sprintf(" (sent %s to %s after replicas 0)", first.Sub(zeroAt).Round(10*time.Millisecond), last.Sub(zeroAt).Round(10*time.Millisecond))
+	return strings.Join(keep, "\n")
 }
 
 // grpcThroughTraefik: gRPC through Traefik to an app at zero (three
