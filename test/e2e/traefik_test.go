@@ -35,48 +35,15 @@ import (
 	"github.com/ebb-dev/ebb/test/repo"
 )
 
-// The examples of the README's section "Behind an ingress or Gateway", for
-// the README's app (hello in namespace shop, its Service's port 80 named
-// http): an Ingress of Traefik's class and an HTTPRoute on Traefik's
-// Gateway, each the only place its host is written. The tests read them
-// from the README (readmeTraefikExamples) and apply them to their own apps,
-// with the namespace, the name and the host replaced.
-const (
-	readmeTraefikSection = "\n## Behind an ingress or Gateway\n"
-	ingressExample       = `apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: { name: hello, namespace: shop }
-spec:
-  ingressClassName: traefik
-  rules:
-  - host: hello.example.com          # the app's host: no ebb.dev/hosts needed
-    http:
-      paths:
-      - path: /
-        pathType: Prefix
-        backend:
-          service:
-            name: hello              # the app's Service
-            port: { number: 80 }     # the port that targets the sidecar
-`
-	httpRouteExample = `apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: { name: hello, namespace: shop }
-spec:
-  parentRefs:
-  - { name: traefik-gateway, namespace: traefik }
-  hostnames: [hello.example.com]     # the app's host: no ebb.dev/hosts needed
-  rules:
-  - matches:
-    - path: { type: PathPrefix, value: / }
-    backendRefs:
-    - { name: hello, port: 80 }      # the app's Service and the port that targets the sidecar
-`
-)
+// readmeTraefikSection is the README's section whose examples the tests
+// apply: an Ingress of Traefik's class and an HTTPRoute on Traefik's
+// Gateway for the README's app (hello in namespace shop, its Service's
+// port 80), each the only place its host is written.
+const readmeTraefikSection = "\n## Behind an ingress or Gateway\n"
 
-// traefikExamples returns the Ingress and the HTTPRoute examples: the first
-// two YAML blocks of the README's section "Behind an ingress or Gateway",
-// or this file's copies while the README has no such section.
+// traefikExamples returns the first two YAML blocks of the README's section
+// "Behind an ingress or Gateway", by kind: the Ingress, then the HTTPRoute,
+// as a user copies them.
 func traefikExamples(t *testing.T) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repo.MustRoot(t), "README.md"))
@@ -85,8 +52,7 @@ func traefikExamples(t *testing.T) map[string]string {
 	}
 	_, section, ok := strings.Cut(string(b), readmeTraefikSection)
 	if !ok {
-		t.Logf("NOTE: README.md has no section %q: the Ingress and HTTPRoute applied are this file's copies", strings.TrimSpace(readmeTraefikSection))
-		return map[string]string{"Ingress": ingressExample, "HTTPRoute": httpRouteExample}
+		t.Fatalf("README.md has no section %q", strings.TrimSpace(readmeTraefikSection))
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	out := map[string]string{}
@@ -100,7 +66,7 @@ func traefikExamples(t *testing.T) map[string]string {
 			t.Fatalf("README.md's %s block does not end", kind)
 		}
 		if !strings.Contains(block, "\nkind: "+kind+"\n") {
-			t.Fatalf("README.md's section %q: the YAML block %d is not the %s:\n%s", strings.TrimSpace(readmeTraefikSection), len(out)+1, kind, block)
+			t.Fatalf("README.md's section %q: its YAML block %d is not the %s:\n%s", strings.TrimSpace(readmeTraefikSection), len(out)+1, kind, block)
 		}
 		out[kind], section = block, rest
 	}
