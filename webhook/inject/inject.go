@@ -3,6 +3,7 @@ package inject
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -209,12 +210,23 @@ func Inject(pod *corev1.Pod, cfg Config, pol Policy) (*corev1.Pod, []string, err
 	if pol.StaticResponses != "" {
 		sc.Env = append(sc.Env, corev1.EnvVar{Name: EnvStaticResponses, Value: pol.StaticResponses})
 	}
+	escapeEnv(sc.Env)
 	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
 	out.Annotations[cfg.Names.SidecarAnnotation()] = cfg.Image
 	return out, warnings, nil
+}
+
+// escapeEnv writes every $ of the env values as $$: the kubelet expands
+// $(NAME) to another variable's value and $$ to $ in every env value, and
+// these are literal (a policy's static responses, the app's readiness
+// probe: user input), to reach the sidecar as written.
+func escapeEnv(env []corev1.EnvVar) {
+	for i := range env {
+		env[i].Value = strings.ReplaceAll(env[i].Value, "$", "$$")
+	}
 }
 
 // HasSidecar reports whether pod spec holds a container named ContainerName,

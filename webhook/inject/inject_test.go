@@ -581,11 +581,7 @@ func TestInjectObservability(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env := map[string]string{}
-		for _, e := range got.Spec.InitContainers[0].Env {
-			env[e.Name] = e.Value
-		}
-		return env
+		return sidecarEnv(got)
 	}
 	def := envOf(testCfg)
 	for _, k := range []string{"EBB_REQUEST_METRICS", "EBB_OTLP_ENDPOINT", "EBB_TRACE_SAMPLING"} {
@@ -621,10 +617,7 @@ func TestRouteControlsReachTheSidecar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{}
-	for _, e := range got.Spec.InitContainers[0].Env {
-		env[e.Name] = e.Value
-	}
+	env := sidecarEnv(got)
 	o, err := ebbsidecar.ParseOptions(nil, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatalf("the sidecar refuses its injected environment: %v", err)
@@ -644,5 +637,105 @@ func TestRouteControlsReachTheSidecar(t *testing.T) {
 		if _, _, err := Inject(past, testCfg, Policy{}); err == nil || !strings.Contains(err.Error(), "annotation "+k+"=") {
 			t.Errorf("%s one past its bound: Inject = %v, want it refused naming the annotation", k, err)
 		}
+	}
+}
+
+// sidecarEnv is the sidecar's environment as its process gets it: the
+// kubelet expands each literal value first (kubeletExpand), against the
+// container's earlier variables; a value from a field is a stand-in.
+func sidecarEnv(pod *corev1.Pod) map[string]string {
+	env := map[string]string{}
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name != ContainerName {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				env[e.Name] = "from-" + e.Name
+				continue
+			}
+			env[e.Name] = kubeletExpand(e.Value, env)
+		}
+	}
+	return env
+}
+
+// kubeletExpand is the kubelet's rule for a container's env values (and
+// command and args), written here from its documentation: $$ is a literal
+// $, $(NAME) is the value of an earlier variable NAME (left as written
+// when there is none), and any other $ stays as it is.
+func kubeletExpand(s string, vars map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString("$(")
+				i++
+				continue
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := vars[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString("$(" + name + ")")
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// TestKubeletExpand holds kubeletExpand to the kubelet's documented
+// examples, so that the contract tests above see what the sidecar sees.
+func TestKubeletExpand(t *testing.T) {
+	vars := map[string]string{"A": "a", "EMPTY": ""}
+	for in, want := range map[string]string{
+		"$(A)": "a", "x$(A)y": "xay", "$$(A)": "$(A)", "$$$(A)": "$a", "$$": "$", "$": "$",
+		"$(B)": "$(B)", "$(A": "$(A", "$A": "$A", "X$$A": "X$A", "$(EMPTY)": "", "a$$$$b": "a$$b",
+	} {
+		if got := kubeletExpand(in, vars); got != want {
+			t.Errorf("kubeletExpand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestDollarsReachTheSidecarAsWritten: the kubelet expands $ in every env
+// value, so the webhook escapes each $ of what it writes there (a policy's
+// static responses, the app's readiness probe): header names X$$A and X$A
+// (both valid header names, two names for the CRD) must not become one
+// name (the sidecar refuses it and every new pod crash-loops), a body with
+// $$ must not lose a $, and $(EBB_LISTEN) must not become the sidecar's
+// listen address.
+func TestDollarsReachTheSidecarAsWritten(t *testing.T) {
+	static := `[{"name":"a","when":"Always","pathType":"PathPrefix","path":"/","headers":[{"name":"X$$A","value":"$(EBB_LISTEN)"},{"name":"X$A","value":"1"}],"body":"costs $$5"}]`
+	pod := appPod(func(p *corev1.Pod) {
+		p.Spec.Containers[0].ReadinessProbe.HTTPGet.Path = "/ready$$(POD_NAME)"
+		p.Spec.Containers[0].ReadinessProbe.HTTPGet.HTTPHeaders = []corev1.HTTPHeader{{Name: "X-Token", Value: "$(EBB_LISTEN)$$"}}
+	})
+	got, _, err := Inject(pod, testCfg, Policy{StaticResponses: static})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := sidecarEnv(got)
+	o, err := ebbsidecar.ParseOptions(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("the sidecar refuses its injected environment (every new pod crash-loops): %v", err)
+	}
+	if o.StaticResponses != static {
+		t.Errorf("the sidecar's static responses differ from the policy's (and the activator's):\nwritten %s\nsidecar %s", static, o.StaticResponses)
+	}
+	if !strings.Contains(o.AppReadiness, `"/ready$$(POD_NAME)"`) || !strings.Contains(o.AppReadiness, `"$(EBB_LISTEN)$$"`) {
+		t.Errorf("the sidecar's app readiness check differs from the probe: %s", o.AppReadiness)
 	}
 }
