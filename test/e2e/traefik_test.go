@@ -291,8 +291,8 @@ func waitAtZeroForTraefik(t *testing.T, a *install.AppAtZero) {
 // TestBehindTraefik: ebb behind a real ingress controller, Traefik v3 with
 // its Kubernetes Ingress and Gateway API providers, as a user installs it
 // (no ebb-specific setting): apps whose only host is written in their
-// Ingress or their HTTPRoute. For each kind (subtests Ingress and
-// HTTPRoute):
+// Ingress or their HTTPRoute, the README's examples (traefikExamples) as
+// applied to each app. For each kind (subtests Ingress and HTTPRoute):
 //
 //   - the AppRoute takes the host from the route and says so
 //     (spec.hostPaths, status.hostSources), and a request through Traefik
