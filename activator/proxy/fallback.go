@@ -24,12 +24,34 @@ import (
 // what it would have got without one (504, or 503 with Retry-After), and
 // the failure is logged. A request to an activator that is shutting down
 // is not sent there: it is answered 503 so that it is retried.
+//
+// A fallback may lead back to an activator (another ebb app at zero, its
+// Service's hand-off slice; a Service without a selector), which would
+// route the request to this app again, hold or refuse it, and send it to
+// the fallback again, without end. So a request sent to a fallback
+// carries FallbackHopHeader, and a request that arrives carrying it, from
+// anywhere, is never sent to a fallback: it gets the answer it would get
+// without one. The header goes to no app (every forward drops it), and
+// one a client sends only costs its own request the fallback: it is held
+// and counted as any other. The name is fixed, not the instance's: a
+// loop through another ebb instance's activator is cut too.
+
+// FallbackHopHeader marks a request an activator sent to a fallback.
+const FallbackHopHeader = "Ebb-Fallback-Hop"
+
+// fallbackHop is FallbackHopHeader in lower case, for the engine.
+const fallbackHop = "ebb-fallback-hop"
 
 // fallbackH1 sends rq, out of its hold, to a's fallback instead of
 // answering code with the header lines and msg; count counts the request
 // when that answer is given after all. It returns what ServeRequest
 // returns.
 func (rt *Router) fallbackH1(cc *h1.Conn, rq *h1.Request, a *app, code int, header, msg string, count func(*app)) bool {
+	if _, n := cc.Header(fallbackHop); n > 0 {
+		count(a)
+		return cc.Answer(code, header, msg)
+	}
+	cc.AddHeader(FallbackHopHeader, "1")
 	addr := a.cfg.Load().Fallback
 	up := rt.upstreams.get(addr)
 	failed := false
@@ -76,6 +98,7 @@ func (p *upstreams) newFallbackProxy(rt *Router) *httputil.ReverseProxy {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = f.addr
 			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Set(FallbackHopHeader, "1")
 			h1.SetForwarded(pr)
 			h1.KeepTarget(pr)
 			h1.ForwardTrailers(pr)
@@ -105,6 +128,14 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // fallbackHTTP is fallbackH1 for a request net/http serves.
 func (rt *Router) fallbackHTTP(w http.ResponseWriter, r *http.Request, a *app, code int, retryAfter, msg string, count func(*app)) {
+	if len(r.Header.Values(FallbackHopHeader)) > 0 {
+		count(a)
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		http.Error(w, msg, code)
+		return
+	}
 	// gRPC stays HTTP/2 (h2c); anything else goes over HTTP/1.1, which
 	// any fallback speaks.
 	f := &fallbackReq{addr: a.cfg.Load().Fallback, h2: r.ProtoMajor == 2 && reqmetrics.IsGRPC(r), code: code, retryAfter: retryAfter, msg: msg}

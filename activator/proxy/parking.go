@@ -378,6 +378,7 @@ func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
 		return rt.holdH1(cc, rq, a, p)
 	}
 	rt.opts.Metrics.released.Inc()
+	cc.DelHeader(fallbackHop)
 	var span trace.Span
 	if rt.opts.Tracer != nil {
 		ctx := context.Background()

@@ -509,6 +509,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if up != nil {
 		rt.opts.Metrics.proxied.Inc()
+		r.Header.Del(FallbackHopHeader)
 		w, r, cancel := rt.withTimeouts(w, r, a)
 		defer cancel()
 		rt.opts.Requests.Serve(up, w, r, time.Now())
@@ -705,6 +706,7 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		if up := a.pick(); up != nil {
 			rt.leave(a)
 			rt.opts.Metrics.released.Inc()
+			r.Header.Del(FallbackHopHeader)
 			rt.forwardHeld(w, r, a, up, start)
 			return
 		}

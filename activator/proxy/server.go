@@ -125,6 +125,7 @@ func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 		return s.router.holdH1(cc, rq, a, nil)
 	}
 	s.router.opts.Metrics.proxied.Inc()
+	cc.DelHeader(fallbackHop)
 	cc.SetTimeouts(s.router.timeouts(a))
 	keep := cc.RoundTrip(up.pool, rq)
 	s.router.opts.Requests.ObserveH1(cc)

@@ -26,3 +26,14 @@ func ValidTarget(t string) bool { return validTarget([]byte(t)) }
 // ValidMethod reports whether m may be a request method: a token, as the
 // engine has it (net/http's HTTP/2 server takes an empty :method).
 func ValidMethod(m string) bool { return m != "" && isToken([]byte(m)) }
+
+// ValidFieldName reports whether n may be a header field's name: a token.
+func ValidFieldName(n string) bool { return isToken([]byte(n)) }
+
+// ValidFieldValue reports whether v may be a header field's value as the
+// engine sends one: field-vchar, SP and HTAB only (no CR, LF, NUL or other
+// control), no whitespace at either end.
+func ValidFieldValue(v string) bool {
+	b := []byte(v)
+	return all(b, &valueChars) && len(trimOWS(b)) == len(b)
+}
