@@ -7,9 +7,9 @@
 //
 // Invariants:
 //   - A request path that is not in canonical form (percent-encoding, an
-//     empty, "." or ".." segment, a backslash, a target that is not an
-//     absolute path) matches no rule, so no encoding of a path makes a
-//     request pass for a probe's; the query is not matched.
+//     empty, "." or ".." segment, a backslash, a ';' parameter, a target
+//     that is not an absolute path) matches no rule, so no encoding of a
+//     path makes a request pass for a probe's; the query is not matched.
 //   - A rule with header conditions never exempts a forwarded request from
 //     counting (Rule.Exempts): a client chooses its headers.
 //   - An answer's framing is ebb's own: the rules cannot set Content-Length,

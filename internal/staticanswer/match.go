@@ -79,8 +79,10 @@ func headersMatch(r *Rule, header func(string) (string, bool)) bool {
 }
 
 // canonical reports whether p is an absolute path in canonical form: it
-// starts with '/', has no percent-encoding, backslash, '#', empty segment ("//"),
-// "." or ".." segment, and only visible ASCII.
+// starts with '/', has no percent-encoding, backslash, '#', ';', empty
+// segment ("//"), "." or ".." segment, and only visible ASCII. A ';' is
+// refused because Tomcat, Jetty and Spring strip a segment's ";params"
+// before they resolve dot segments: to them "/healthz/..;/admin" is /admin.
 func canonical(p string) bool {
 	if len(p) == 0 || p[0] != '/' {
 		return false
@@ -89,7 +91,7 @@ func canonical(p string) bool {
 	for i := 1; i <= len(p); i++ {
 		if i < len(p) {
 			c := p[i]
-			if c <= ' ' || c >= 0x7f || c == '%' || c == '\\' || c == '#' {
+			if c <= ' ' || c >= 0x7f || c == '%' || c == '\\' || c == '#' || c == ';' {
 				return false
 			}
 			if c != '/' {

@@ -268,7 +268,7 @@ func checkPath(p string) string {
 		return "a path has no query or fragment"
 	}
 	if !canonical(p) {
-		return "want a path in canonical form: no percent-encoding, no empty, . or .. segment, no backslash, only visible ASCII"
+		return "want a path in canonical form: no percent-encoding, no empty, . or .. segment, no backslash, no ';', only visible ASCII"
 	}
 	return ""
 }

@@ -76,6 +76,14 @@ func TestMatch(t *testing.T) {
 		{s, "GET", "/healthz#x", nil, ""},
 		{s, "GET", "/healthz/\x00", nil, ""},
 		{s, "GET", "/healthz/é", nil, ""},
+		// A ';' parameter: Tomcat, Jetty and Spring strip it, then
+		// resolve the dot segment (their /api).
+		{s, "GET", "/healthz/..;/api", nil, ""},
+		{s, "GET", "/healthz/.;/..;/api", nil, ""},
+		{s, "GET", "/healthz/..;jsessionid=1/api", nil, ""},
+		{s, "GET", "/healthz/live;x", nil, ""},
+		{s, "GET", "/ping;x", nil, ""},
+		{root, "GET", "/..;/x", nil, ""},
 		// Dots inside a segment are not dot segments.
 		{s, "GET", "/healthz/.well-known", nil, "prefix"},
 		{s, "GET", "/healthz/...", nil, "prefix"},
@@ -171,6 +179,7 @@ func TestCompileRefuses(t *testing.T) {
 		{[]Rule{{Name: "a", Path: "//x"}}, []string{"canonical form"}},
 		{[]Rule{{Name: "a", Path: "/x/../y"}}, []string{"canonical form"}},
 		{[]Rule{{Name: "a", Path: "/x\\y"}}, []string{"canonical form"}},
+		{[]Rule{{Name: "a", Path: "/x;y"}}, []string{"canonical form", "no ';'"}},
 		{[]Rule{{Name: "a", Path: "/x/"}}, []string{`a PathPrefix has no trailing slash (write "/x")`}},
 		{[]Rule{{Name: "a", Method: "G T"}}, []string{`rule "a": method`}},
 		{[]Rule{{Name: "a", Headers: matches}}, []string{`rule "a": headers: 9: at most 8`}},
@@ -336,7 +345,7 @@ func TestMatchAllocatesNothing(t *testing.T) {
 // whose path is not in canonical form never matches; a match is one a
 // plain reading of the rules gives.
 func FuzzMatch(f *testing.F) {
-	for _, s := range []string{"/healthz", "/healthz/x", "/%68ealthz", "//healthz", "/healthz/../api", "/a?b", "*", "", "/healthzx", "/.", "/x/./y"} {
+	for _, s := range []string{"/healthz", "/healthz/x", "/%68ealthz", "//healthz", "/healthz/../api", "/a?b", "*", "", "/healthzx", "/.", "/x/./y", "/healthz/..;/api", "/healthz/.;x/api", "/healthz;x"} {
 		f.Add("GET", s, "lb")
 	}
 	s := mustCompile(f,
@@ -375,7 +384,7 @@ func FuzzMatch(f *testing.F) {
 
 // canonicalRef is canonical written plainly, for the fuzz test.
 func canonicalRef(p string) bool {
-	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "%\\#") {
+	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "%\\#;") {
 		return false
 	}
 	for _, c := range []byte(p) {
