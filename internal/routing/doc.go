@@ -14,5 +14,8 @@
 //   - Claims (DomainClaims) bind a domain and the names under it to one
 //     namespace; the most specific claim of a name decides, before age.
 //   - Otherwise the oldest route that lists a host and path prefix serves
-//     it, and the longest prefix wins.
+//     it, and the longest prefix wins. A prefix covers a path by whole
+//     path elements (/api covers /api/x, not /apiary), as Ingress Prefix
+//     and HTTPRoute PathPrefix match, so that a request reaches at zero the
+//     app its ingress sends it to.
 package routing

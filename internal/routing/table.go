@@ -331,7 +331,8 @@ func (t *Table[V]) claimOf(name string) (string, bool) {
 // Lookup finds the route of a request by its Host (with or without port,
 // any case, trailing dot allowed) and path: an exact host wins over a
 // wildcard, a longer wildcard suffix over a shorter one, and within a host
-// the longest path prefix wins.
+// the longest path prefix that covers the path by whole elements
+// (PrefixCovers) wins.
 func (t *Table[V]) Lookup(host, path string) (*Route[V], bool) {
 	if t == nil {
 		return nil, false
@@ -404,11 +405,25 @@ func (e *hostEntry[V]) match(path string) *Route[V] {
 		path = "/"
 	}
 	for _, p := range e.prefixes {
-		if strings.HasPrefix(path, p.prefix) {
+		if PrefixCovers(p.prefix, path) {
 			return p.route
 		}
 	}
 	return nil
+}
+
+// PrefixCovers reports whether path prefix p covers path by whole path
+// elements, as Ingress Prefix and HTTPRoute PathPrefix match: "/" covers
+// every path, /api covers /api and /api/x but not /apiary, and /api/
+// covers /api, /api/ and /api/x.
+func PrefixCovers(p, path string) bool {
+	if p == "/" {
+		return true
+	}
+	if !strings.HasPrefix(path, p) {
+		return len(p) > 1 && p[len(p)-1] == '/' && path == p[:len(p)-1]
+	}
+	return len(path) == len(p) || p[len(p)-1] == '/' || path[len(p)] == '/'
 }
 
 // hostOnly lowercases a Host header and strips its port and trailing dot,

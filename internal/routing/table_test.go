@@ -441,3 +441,31 @@ func TestIngressHostOfAnotherNamespaceRefused(t *testing.T) {
 		t.Errorf("conflicts (-want +got):\n%s", d)
 	}
 }
+
+// TestPrefixMatchesWholePathElements: a path prefix covers a request path
+// by whole path elements, as Ingress Prefix and HTTPRoute PathPrefix do
+// (and every controller that routes them): team-a's older /api on
+// shop.example.com does not take /apiary from team-b's /, which its
+// Ingress sends to team-b's Service. A prefix with a trailing slash covers
+// the path without it too.
+func TestPrefixMatchesWholePathElements(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tab := Build([]Route[string]{
+		{Key: Key{"team-a", "api"}, Created: t0, HostPaths: []HostPaths{{Host: "shop.example.com", PathPrefixes: []string{"/api", "/static/", "/v1.0"}}}, Value: "a"},
+		{Key: Key{"team-b", "web"}, Created: t0.Add(time.Hour), HostPaths: []HostPaths{{Host: "shop.example.com"}}, Value: "b"},
+	}, nil)
+	for path, want := range map[string]string{
+		"/api": "a", "/api/": "a", "/api/orders": "a", "/apiary": "b", "/api-v2": "b", "/ap": "b",
+		"/static": "a", "/static/x.css": "a", "/staticfiles": "b",
+		"/v1.0/x": "a", "/v1.01": "b", "/": "b", "": "b",
+	} {
+		r, ok := tab.Lookup("shop.example.com", path)
+		got := ""
+		if ok {
+			got = r.Value
+		}
+		if got != want {
+			t.Errorf("Lookup(shop.example.com, %q) = %q, want %q", path, got, want)
+		}
+	}
+}
