@@ -30,9 +30,15 @@ import (
 //
 //   - Ingress Prefix and ImplementationSpecific paths, and HTTPRoute
 //     PathPrefix matches, are path prefixes (a trailing slash dropped, as
-//     both APIs match by path element: /api/ matches /api);
+//     both APIs match by path element: /api/ matches /api), which the
+//     routing table matches by whole path element (/api covers /api/x,
+//     not /apiary);
+//   - an ImplementationSpecific path ending in /* (GKE's) is the prefix
+//     before it (/* every path); one with any of *()$[]{}|?+^\ (a regular
+//     expression, as ingress-nginx's use-regex, or a glob) is skipped;
 //   - Exact paths and matches are taken as prefixes too (/login also
-//     covers /login/x at zero: the app answers what it does not serve);
+//     covers /login/x at zero, not /login-help: the app answers what it
+//     does not serve);
 //   - an HTTPRoute rule without matches, a match without a path, and a
 //     path of "/" mean every path;
 //   - a RegularExpression match is skipped (ebb routes by prefix only);
@@ -121,6 +127,14 @@ func ingressClaims(ing *networkingv1.Ingress, p appPort) ([]hostClaim, []string)
 				pt = *path.PathType
 			}
 			prefix := path.Path
+			if pt == networkingv1.PathTypeImplementationSpecific {
+				// GKE's every path (/*) and subtree (/api/*).
+				prefix = strings.TrimSuffix(prefix, "/*")
+				if strings.ContainsAny(prefix, patternChars) {
+					skipped = append(skipped, fmt.Sprintf("%s rule %d: ImplementationSpecific path %q is a pattern (a regular expression or glob), not a path prefix: ebb routes by path prefix only", source, i+1, path.Path))
+					continue
+				}
+			}
 			if pt != networkingv1.PathTypeExact {
 				prefix = trimSlash(prefix)
 			}
@@ -215,6 +229,11 @@ func httpRouteClaims(hr *gatewayv1.HTTPRoute, p appPort) ([]hostClaim, []string)
 	}
 	return claims, skipped
 }
+
+// patternChars mark an ImplementationSpecific Ingress path as a pattern
+// (ingress-nginx's regular expressions, globs), which no request path
+// starts with literally.
+const patternChars = `*()$[]{}|?+^\`
 
 // trimSlash drops a path's trailing slashes: Ingress Prefix and
 // HTTPRoute PathPrefix match by path element, so /api/ matches /api.

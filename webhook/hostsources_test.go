@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/routing"
 	"github.com/ebb-dev/ebb/test/repo"
 )
 
@@ -315,4 +317,78 @@ func readAppRouteCRD(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestIngressPathsMatchByElementAtZero: two namespaces share
+// shop.example.com through their Ingresses, team-a's (older) with /api,
+// team-b's with /. Every Ingress controller sends /apiary to team-b's
+// Service (Prefix matches by path element), so at zero the activator must
+// hold it for team-b's app, not wake team-a's and hand it team-b's
+// request. Exact /login is kept as a prefix of whole elements: /login/x
+// is team-a's, /login-help team-b's.
+func TestIngressPathsMatchByElementAtZero(t *testing.T) {
+	route := func(ns string, created time.Time, path string, pt networkingv1.PathType) routing.Route[string] {
+		ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+			Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{ingRule("shop.example.com", ingPath(path, pt, "hello", byNumber))}}}
+		claims, _ := ingressClaims(ing, helloPort)
+		hps, _ := mergeHosts(nil, "ebb.dev/hosts", claims, nil)
+		return routing.Route[string]{Key: routing.Key{Namespace: ns, Name: "hello"}, Created: created, HostPaths: hostPaths(hps), Value: ns}
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		aPath       string
+		aType       networkingv1.PathType
+		req, wantNS string
+	}{
+		{"/api", networkingv1.PathTypePrefix, "/apiary", "team-b"},
+		{"/api/", networkingv1.PathTypePrefix, "/apiary", "team-b"},
+		{"/api/", networkingv1.PathTypePrefix, "/api", "team-a"},
+		{"/api", networkingv1.PathTypeImplementationSpecific, "/apiary", "team-b"},
+		{"/login", networkingv1.PathTypeExact, "/login-help", "team-b"},
+		{"/login", networkingv1.PathTypeExact, "/login/x", "team-a"},
+	} {
+		tab := routing.Build([]routing.Route[string]{
+			route("team-a", now.Add(-time.Hour), tc.aPath, tc.aType),
+			route("team-b", now, "/", networkingv1.PathTypePrefix),
+		}, nil)
+		got := "none"
+		if r, ok := tab.Lookup("shop.example.com", tc.req); ok {
+			got = r.Value
+		}
+		if got != tc.wantNS {
+			t.Errorf("team-a's %s %s: %s goes to %s's app; its Ingress sends it to %s's", tc.aType, tc.aPath, tc.req, got, tc.wantNS)
+		}
+	}
+}
+
+// TestImplementationSpecificPaths: GKE's Ingress writes every path as /*
+// (and a subtree as /api/*), which ebb takes as / (and /api); an
+// ImplementationSpecific path with regular-expression or glob characters
+// (ingress-nginx's use-regex: /api(/|$)(.*)) is no path prefix: it is
+// skipped and said, not claimed for a prefix no request starts with.
+func TestImplementationSpecificPaths(t *testing.T) {
+	is := networkingv1.PathTypeImplementationSpecific
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{
+		ingRule("gke.example.com", ingPath("/*", is, "hello", byNumber)),
+		ingRule("sub.example.com", ingPath("/api/*", is, "hello", byNumber)),
+		ingRule("nginx.example.com", ingPath("/api(/|$)(.*)", is, "hello", byNumber), ingPath("/.*", is, "hello", byNumber), ingPath("/v[12]", is, "hello", byNumber)),
+		ingRule("plain.example.com", ingPath("/static/", is, "hello", byNumber)),
+	}}}
+	claims, skipped := ingressClaims(ing, helloPort)
+	want := []hostClaim{
+		{host: "gke.example.com", prefixes: []string{"/"}, source: "Ingress/web"},
+		{host: "sub.example.com", prefixes: []string{"/api"}, source: "Ingress/web"},
+		{host: "plain.example.com", prefixes: []string{"/static"}, source: "Ingress/web"},
+	}
+	if d := cmp.Diff(want, claims, cmp.AllowUnexported(hostClaim{})); d != "" {
+		t.Errorf("claims (-want +got):\n%s", d)
+	}
+	wantSkipped := []string{
+		`Ingress/web rule 3: ImplementationSpecific path "/api(/|$)(.*)" is a pattern (a regular expression or glob), not a path prefix: ebb routes by path prefix only`,
+		`Ingress/web rule 3: ImplementationSpecific path "/.*" is a pattern (a regular expression or glob), not a path prefix: ebb routes by path prefix only`,
+		`Ingress/web rule 3: ImplementationSpecific path "/v[12]" is a pattern (a regular expression or glob), not a path prefix: ebb routes by path prefix only`,
+	}
+	if d := cmp.Diff(wantSkipped, skipped); d != "" {
+		t.Errorf("skipped (-want +got):\n%s", d)
+	}
 }
