@@ -362,7 +362,11 @@ func (s *sources) compiled(r *routingv1alpha1.AppRoute) (*staticanswer.Set, *pro
 		for i, h := range p.Headers {
 			fields[i] = [2]string{h.Name, h.Value}
 		}
-		c.page = proxy.NewPage(int(cmp.Or(p.Status, 503)), fields, p.Body)
+		page, err := proxy.NewPage(int(cmp.Or(p.Status, 503)), fields, p.Body)
+		if err != nil {
+			s.log.Error(err, "placeholder page of an AppRoute refused; the route serves without it", "route", key.String())
+		}
+		c.page = page
 	}
 	if s.built == nil {
 		s.built = map[routing.Key]compiledRoute{}

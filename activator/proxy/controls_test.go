@@ -137,7 +137,10 @@ func TestStaticAnswerH2C(t *testing.T) {
 // route's own page (its status, headers, body; Content-Type text/html
 // unless it sets one), and the app keeps waking; other clients are held.
 func TestRoutePlaceholderPage(t *testing.T) {
-	page := NewPage(200, [][2]string{{"Refresh", "3"}}, "<p>waking</p>")
+	page, err := NewPage(200, [][2]string{{"Refresh", "3"}}, "<p>waking</p>")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rt, url, rec := rig(t, RouterOptions{ColdStartTimeout: 200 * time.Millisecond}, AppConfig{Page: page})
 	c := dialRaw(t, url)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: hello.test\r\nAccept: text/html\r\n\r\n")

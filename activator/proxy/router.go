@@ -75,21 +75,46 @@ type Page struct {
 }
 
 // NewPage returns the page answered with status, the header fields
-// (name, value) in order, and body.
-func NewPage(status int, fields [][2]string, body string) *Page {
+// (name, value) in order, and body. It refuses what would break the
+// framing of the connection it is answered on (the CRDs refuse it first;
+// an AppRoute may be written by hand): a status that has no body by rule
+// (1xx, 204, 304: the body would be read as the next response), a framing
+// or hop-by-hop header (the engine writes the framing itself), a name that
+// is not a token, a value with a control character (CR, LF) or with white
+// space at an end.
+func NewPage(status int, fields [][2]string, body string) (*Page, error) {
+	var problems []string
+	if status < 200 || status > 599 || status == http.StatusNoContent || status == http.StatusNotModified {
+		problems = append(problems, fmt.Sprintf("status %d: a placeholder page has a body; want 200-599 but 204 and 304", status))
+	}
 	p := &Page{Status: status, Header: http.Header{}, Body: body}
 	var b strings.Builder
 	for _, f := range fields {
+		switch {
+		case !h1.ValidFieldName(f[0]):
+			problems = append(problems, fmt.Sprintf("header %q: not a header name", f[0]))
+		case slices.Contains(framingHeaders, strings.ToLower(f[0])):
+			problems = append(problems, fmt.Sprintf("header %q: ebb writes the framing itself", f[0]))
+		case !h1.ValidFieldValue(f[1]):
+			problems = append(problems, fmt.Sprintf("header %q: its value has a control character or white space at an end", f[0]))
+		}
 		p.Header.Add(f[0], f[1])
 		b.WriteString(f[0] + ": " + f[1] + "\r\n")
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("placeholder page refused: %s", strings.Join(problems, "; "))
 	}
 	if p.Header.Get("Content-Type") == "" {
 		p.Header.Set("Content-Type", "text/html; charset=utf-8")
 		b.WriteString("Content-Type: text/html; charset=utf-8\r\n")
 	}
 	p.lines = b.String()
-	return p
+	return p, nil
 }
+
+// framingHeaders are the header names a placeholder page may not set:
+// the framing and the hop-by-hop headers, as the CRDs refuse them.
+var framingHeaders = []string{"content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer", "proxy-connection"}
 
 // Endpoint is one app endpoint as its Service's EndpointSlices list it.
 type Endpoint struct {
