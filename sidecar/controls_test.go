@@ -258,6 +258,162 @@ func TestStaticAtZeroExemptsWhileWarm(t *testing.T) {
 	}
 }
 
+// TestStaticAtZeroPathParametersCounted: a path with a ';' parameter
+// matches no rule. Tomcat, Jetty and Spring strip ";params" from each
+// segment before they resolve dot segments, so "/healthz/..;/admin" is
+// their /admin: were it matched as /healthz's, an AtZero rule on /healthz
+// would let it reach the app uncounted.
+func TestStaticAtZeroPathParametersCounted(t *testing.T) {
+	app := startWatchedApp(t)
+	o := testOptions(app.addr)
+	o.StaticResponses = rulesJSON(t, staticanswer.Rule{Name: "probe", Path: "/healthz"})
+	r := startSidecar(t, o)
+	c, br := dialRaw(t, r.addr)
+	io.WriteString(c, "GET /healthz/live HTTP/1.1\r\nHost: a\r\n\r\n")
+	readResponse(t, br, "GET")
+	if s := readStats(t, r); s.Total != 0 {
+		t.Fatalf("after the probe: total %d, want 0 (the rule exempts it)", s.Total)
+	}
+	withParams := []string{"/healthz/..;/admin", "/healthz/.;/..;/admin", "/healthz/..;jsessionid=1/admin", "/healthz/live;x"}
+	for _, p := range withParams {
+		io.WriteString(c, "GET "+p+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != "app "+p+"\n" {
+			t.Errorf("%s: %d %q, want the app's answer", p, resp.StatusCode, body)
+		}
+	}
+	if s := readStats(t, r); s.Total != uint64(len(withParams)) {
+		t.Errorf("total %d, want %d: every path with a ';' parameter counted", s.Total, len(withParams))
+	}
+	if d := cmp.Diff(append([]string{"/healthz/live"}, withParams...), app.targets()); d != "" {
+		t.Errorf("the app's requests (-want +got):\n%s", d)
+	}
+}
+
+// upgradingApp is an app that answers every request head with 101 and
+// then echoes the tunnel's bytes.
+func upgradingApp(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					l, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if l == "\r\n" {
+						break
+					}
+				}
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+				io.Copy(c, br)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestStaticAtZeroUpgradeCounted: an upgrade on a path an AtZero rule
+// matches is counted in flight for as long as its tunnel is open, as any
+// WebSocket: the rule exempts a probe, not a tunnel through the app.
+func TestStaticAtZeroUpgradeCounted(t *testing.T) {
+	o := testOptions(upgradingApp(t))
+	o.StaticResponses = rulesJSON(t, staticanswer.Rule{Name: "probe", Path: "/healthz"})
+	r := startSidecar(t, o)
+	c, br := dialRaw(t, r.addr)
+	io.WriteString(c, "GET /healthz/ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	io.WriteString(c, "ping")
+	readExactly(t, br, "ping")
+	if s := readStats(t, r); s.InFlight != 1 || s.Total != 1 {
+		t.Errorf("while the tunnel is open: %+v, want 1 in flight, total 1", s)
+	}
+	c.Close()
+	testwait.For(t, 5*time.Second, "the tunnel no longer in flight", func() bool { return readStats(t, r).InFlight == 0 })
+}
+
+// TestStaticAtZeroBodyCounted: a request with a body (Content-Length over
+// 0, or chunked) on a path an AtZero rule matches is counted, so that no
+// upload reaches the app uncounted; a GET, a HEAD and a POST with
+// Content-Length 0 are a probe's, exempt.
+func TestStaticAtZeroBodyCounted(t *testing.T) {
+	app := startWatchedApp(t)
+	o := testOptions(app.addr)
+	o.StaticResponses = rulesJSON(t, staticanswer.Rule{Name: "probe", Path: "/healthz"})
+	r := startSidecar(t, o)
+	c, br := dialRaw(t, r.addr)
+	for _, rq := range []struct{ method, raw string }{
+		{"GET", "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"},
+		{"HEAD", "HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n"},
+		{"POST", "POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"},
+	} {
+		io.WriteString(c, rq.raw)
+		readResponse(t, br, rq.method)
+	}
+	if s := readStats(t, r); s.Total != 0 {
+		t.Fatalf("after requests without a body: total %d, want 0 (the rule exempts them)", s.Total)
+	}
+	io.WriteString(c, "POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
+	readResponse(t, br, "POST")
+	io.WriteString(c, "POST /healthz/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+	readResponse(t, br, "POST")
+	if s := readStats(t, r); s.Total != 2 {
+		t.Errorf("after a request with a Content-Length body and a chunked one: total %d, want 2", s.Total)
+	}
+	if d := cmp.Diff([]string{"/healthz", "/healthz", "/healthz", "/healthz", "/healthz/x"}, app.targets()); d != "" {
+		t.Errorf("the app's requests (-want +got):\n%s", d)
+	}
+}
+
+// TestStaticAtZeroH2CBodyCounted: over h2c, a stream whose HEADERS end it
+// is a probe's, exempt by an AtZero rule; one that goes on with a body (DATA
+// frames, even an empty one) is counted.
+func TestStaticAtZeroH2CBodyCounted(t *testing.T) {
+	app := startWatchedApp(t)
+	o := testOptions(app.addr)
+	o.StaticResponses = rulesJSON(t, staticanswer.Rule{Name: "probe", Path: "/healthz"})
+	r := startSidecar(t, o)
+	conn, fr := h2cHandshake(t, r.addr)
+	writeHeaders(t, fr, 1, true, ":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/healthz")
+	if status, _, _ := h2cEvent(t, conn, fr, 1, 5*time.Second); status != "200" {
+		t.Fatalf("probe: status %q", status)
+	}
+	if s := readStats(t, r); s.Total != 0 {
+		t.Fatalf("after a stream without a body: total %d, want 0 (the rule exempts it)", s.Total)
+	}
+	writeHeaders(t, fr, 3, false, ":method", "POST", ":scheme", "http", ":authority", "a", ":path", "/healthz")
+	if err := fr.WriteData(3, true, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, _ := h2cEvent(t, conn, fr, 3, 5*time.Second); status != "200" {
+		t.Fatalf("POST: status %q", status)
+	}
+	writeHeaders(t, fr, 5, false, ":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/healthz")
+	if err := fr.WriteData(5, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, _ := h2cEvent(t, conn, fr, 5, 5*time.Second); status != "200" {
+		t.Fatalf("GET with an empty DATA frame: status %q", status)
+	}
+	if s := readStats(t, r); s.Total != 2 {
+		t.Errorf("after two streams with a body: total %d, want 2", s.Total)
+	}
+}
+
 // TestConcurrencyLimit: with a limit of 1, twenty concurrent requests
 // all reach the app, one at a time, in order of arrival; the queued ones
 // count as in flight and show as queued.

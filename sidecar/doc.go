@@ -16,8 +16,9 @@
 //     (--static-responses, internal/staticanswer): a request an Always rule
 //     matches is answered here and never reaches the app; one an AtZero
 //     rule without header conditions matches reaches it uncounted (the
-//     drain still waits for it). A path not in canonical form matches no
-//     rule.
+//     drain still waits for it) when it is a probe's: no body and no
+//     upgrade (h2c: no body, no CONNECT). A path not in canonical form
+//     (a ';' parameter included) matches no rule.
 //   - With --concurrency N, at most N requests (a tunnel, an h2c stream
 //     each one) are at the app at once, the rest wait first come first
 //     served, counted in flight, up to --concurrency-queue (503 with

@@ -126,6 +126,9 @@ func newH2CServer(p *proxy) *h2cServer {
 // serveH2Controlled serves one h2c stream under the route controls, as
 // serveControlled an HTTP/1.1 request; the request timeout and the stream
 // idle timeout reset the stream (502 or 504 before the response head).
+// An AtZero rule exempts a stream without a body (END_STREAM on its
+// HEADERS, or a content-length of 0: net/http's ContentLength is 0, and the
+// reverse proxy sends the app none) that is no CONNECT.
 func (p *proxy) serveH2Controlled(w http.ResponseWriter, r *http.Request, start time.Time, serve func(http.ResponseWriter, *http.Request, time.Time)) {
 	c := p.ctl
 	exempt := false
@@ -142,7 +145,7 @@ func (p *proxy) serveH2Controlled(w http.ResponseWriter, r *http.Request, start 
 				rule.WriteHTTP(w, r.Method)
 				return
 			}
-			exempt = rule.Exempts()
+			exempt = rule.Exempts() && r.ContentLength == 0 && r.Method != http.MethodConnect
 		}
 	}
 	switch {

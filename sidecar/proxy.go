@@ -121,8 +121,9 @@ func (p *proxy) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 }
 
 // serveControlled serves one request under the route controls: a static
-// answer, or the request counted (unless an AtZero rule exempts it),
-// through the concurrency limit and within the request timeout.
+// answer, or the request counted (unless an AtZero rule exempts it: a
+// probe's, without a body or an upgrade), through the concurrency limit
+// and within the request timeout.
 func (p *proxy) serveControlled(cc *h1.Conn, rq *h1.Request) bool {
 	c := p.ctl
 	head := time.Now()
@@ -136,7 +137,7 @@ func (p *proxy) serveControlled(cc *h1.Conn, rq *h1.Request) bool {
 				c.countAnswer(r)
 				return cc.AnswerWith(r.Status, r.AppendResponse)
 			}
-			exempt = r.Exempts()
+			exempt = r.Exempts() && probeShaped(cc)
 		}
 	}
 	switch {
@@ -169,6 +170,23 @@ func (p *proxy) serveControlled(cc *h1.Conn, rq *h1.Request) bool {
 		cc.SetTimeouts(h1.Timeouts{Request: max(time.Until(deadline), time.Nanosecond)})
 	}
 	return p.forward(cc, rq)
+}
+
+// probeShaped reports whether a request has no body and asks for no
+// upgrade, as a probe's: the only requests an AtZero rule leaves out of
+// the counts, so that no upload or tunnel reaches the app uncounted. It
+// reads the head for the app, whose framing and Connection fields are the
+// engine's own, from what it parsed: Transfer-Encoding only for a chunked
+// body, Content-Length as parsed, Connection and Upgrade only for an
+// upgrade.
+func probeShaped(cc *h1.Conn) bool {
+	for _, name := range [...]string{"transfer-encoding", "connection", "upgrade"} {
+		if _, n := cc.Header(name); n > 0 {
+			return false
+		}
+	}
+	v, n := cc.Header("content-length")
+	return n == 0 || string(v) == "0"
 }
 
 // originForm is the path and query of an absolute-form target
