@@ -23,8 +23,9 @@ import (
 // AppRoute's own, to drop the labels its last apply set: appliedLabels);
 // of KEDA's ScaledObjects only the spec fields ScaledByKEDA reads; of
 // Ingresses and HTTPRoutes only their hosts, paths and backends; of
-// ConfigMaps only their metadata (the controllers watch them so, and read
-// a placeholder's page from the API server: see policies).
+// ConfigMaps only their metadata without annotations (the controllers
+// watch them so, and read a placeholder's page from the API server: see
+// policies).
 // Every informer's watch errors go to gw (gatewayAPI.watchError).
 func cacheOptions(names groupsuffix.Names, gw *gatewayAPI) (cache.Options, error) {
 	app, err := labels.NewRequirement(names.AppLabel(), selection.Exists, nil)
@@ -60,8 +61,9 @@ func podTransform(o any) (any, error) {
 	return slim, nil
 }
 
-// stripTransform drops the managed fields of every cached object but
-// AppRoutes, of KEDA's ScaledObjects all but the spec's scale target and
+// stripTransform drops the managed fields and kubectl's
+// last-applied-configuration of every cached object but AppRoutes, every
+// annotation of the metadata-only ConfigMaps, of KEDA's ScaledObjects all but the spec's scale target and
 // triggers (KEDA keeps much in their status), and of Ingresses and
 // HTTPRoutes all but what their hosts, paths and backends are
 // (ingressTransform, httpRouteTransform).
@@ -73,8 +75,15 @@ func stripTransform(o any) (any, error) {
 		return ingressTransform(o), nil
 	case *gatewayv1.HTTPRoute:
 		return httpRouteTransform(o), nil
+	case *metav1.PartialObjectMetadata:
+		// ConfigMaps, watched as metadata: the controllers read their
+		// name, namespace and resourceVersion only.
+		o.SetManagedFields(nil)
+		o.SetAnnotations(nil)
+		return o, nil
 	case *unstructured.Unstructured:
 		o.SetManagedFields(nil)
+		dropLastApplied(o)
 		if o.GroupVersionKind() == scaledObjectKind {
 			have, _ := o.Object["spec"].(map[string]any)
 			spec := map[string]any{}
@@ -89,9 +98,24 @@ func stripTransform(o any) (any, error) {
 		return o, nil
 	case client.Object:
 		o.SetManagedFields(nil)
+		dropLastApplied(o)
 		return o, nil
 	}
 	return o, nil // a tombstone (cache.DeletedFinalStateUnknown)
+}
+
+// dropLastApplied drops kubectl's last-applied-configuration annotation,
+// a copy of the whole object as last applied, which nothing reads here.
+func dropLastApplied(o client.Object) {
+	a := o.GetAnnotations()
+	if _, ok := a[corev1.LastAppliedConfigAnnotation]; !ok {
+		return
+	}
+	delete(a, corev1.LastAppliedConfigAnnotation)
+	if len(a) == 0 {
+		a = nil
+	}
+	o.SetAnnotations(a)
 }
 
 // slimMeta keeps of an object's metadata what the cache and the

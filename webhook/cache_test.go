@@ -1,16 +1,22 @@
 package webhook
 
 import (
+	"maps"
+	"math"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
@@ -144,5 +150,63 @@ func TestScaledObjectTransform(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got.(*unstructured.Unstructured).Object); diff != "" {
 		t.Errorf("cached ScaledObject (-want +got):\n%s", diff)
+	}
+}
+
+// TestCachedConfigMapSize: the ConfigMap watch covers every ConfigMap of
+// the cluster as metadata only, yet kubectl apply keeps a ConfigMap's
+// whole data in its last-applied-configuration annotation (Helm, Argo and
+// Flux add large annotations too). A cached ConfigMap with a 200 KB
+// last-applied annotation costs under 2 KB: the controllers read its
+// name, namespace and resourceVersion.
+func TestCachedConfigMapSize(t *testing.T) {
+	cm := func() *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "shop", ResourceVersion: "1", Labels: map[string]string{"app": "shop"},
+				Annotations: map[string]string{corev1.LastAppliedConfigAnnotation: `{"apiVersion":"v1","data":{"page.html":"` + strings.Repeat("x", 200<<10) + `"}}`}}}
+	}
+	// The least of five measures: the package's envtest managers allocate
+	// in the background meanwhile.
+	const n = 200
+	slim := int64(math.MaxInt64)
+	for range 5 {
+		keep := make([]any, n)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range keep {
+			keep[i], _ = stripTransform(cm())
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(keep)
+		slim = min(slim, (int64(after.HeapAlloc)-int64(before.HeapAlloc))/n)
+	}
+	t.Logf("per cached ConfigMap: %d bytes", slim)
+	if slim > 2048 {
+		t.Errorf("a cached ConfigMap with a 200 KB last-applied annotation takes %d bytes, want under 2048", slim)
+	}
+}
+
+// TestCachedObjectsDropLastApplied: no cached object but AppRoutes keeps
+// kubectl's last-applied-configuration (a copy of the whole object as
+// applied): Services, Deployments, RoutePolicies, ScaledObjects.
+func TestCachedObjectsDropLastApplied(t *testing.T) {
+	big := map[string]string{corev1.LastAppliedConfigAnnotation: strings.Repeat("x", 1<<10), "keep": "me"}
+	so := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+		"metadata": map[string]any{"name": "hello", "namespace": "shop", "annotations": map[string]any{corev1.LastAppliedConfigAnnotation: "{}", "keep": "me"}}}}
+	for _, o := range []client.Object{
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: maps.Clone(big)}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: maps.Clone(big)}},
+		&routingv1alpha1.RoutePolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: maps.Clone(big)}},
+		so,
+	} {
+		got, err := stripTransform(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := got.(client.Object).GetAnnotations(); a[corev1.LastAppliedConfigAnnotation] != "" || a["keep"] != "me" {
+			t.Errorf("cached %T: last-applied-configuration of %d bytes, keep=%q; want none, and keep=me", o, len(a[corev1.LastAppliedConfigAnnotation]), a["keep"])
+		}
 	}
 }
