@@ -203,10 +203,12 @@ type StaticAnswer struct {
 // PlaceholderSource is a placeholder page whose body is in a ConfigMap.
 type PlaceholderSource struct {
 	// Status of the page; 503 by default, so that no cache or crawler
-	// takes it for the app's own answer.
+	// takes it for the app's own answer. Not 204 or 304, which have no
+	// body.
 	// +kubebuilder:default=503
 	// +kubebuilder:validation:Minimum=200
 	// +kubebuilder:validation:Maximum=599
+	// +kubebuilder:validation:XValidation:rule="!(self in [204, 304])",message="placeholder.status: a 204 or 304 answer has no body, and a placeholder page is a body; choose another status, such as 503"
 	// +optional
 	Status int32 `json:"status,omitempty"`
 	// Headers of the page, such as Refresh: 2 to reload it. Content-Type

@@ -214,13 +214,18 @@ type AppRouteSpec struct {
 
 // Placeholder is a placeholder page as the activator serves it.
 type Placeholder struct {
+	// Status of the page: 200 to 599 but 204 and 304, which have no body.
 	// +kubebuilder:validation:Minimum=200
 	// +kubebuilder:validation:Maximum=599
+	// +kubebuilder:validation:XValidation:rule="!(self in [204, 304])",message="spec.placeholder.status: a 204 or 304 answer has no body, and a placeholder page is a body; choose another status, such as 503"
 	Status int32 `json:"status"`
+	// Headers of the page; framing headers are refused, as in a
+	// RoutePolicy's placeholder.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(h, !(h.name.lowerAscii() in ['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer', 'proxy-connection']))",message="spec.placeholder.headers: ebb writes the framing itself; remove Content-Length, Transfer-Encoding, Connection, Keep-Alive, Upgrade, TE, Trailer and Proxy-Connection"
 	Headers []HTTPHeader `json:"headers,omitempty"`
 	// +kubebuilder:validation:MaxLength=65536
 	Body string `json:"body"`
