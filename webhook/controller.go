@@ -152,6 +152,10 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 				return nil
 			}
 			reqs := append(r.claimants(ctx, route.Namespace, route.Name, ""), r.sharingHosts(ctx, route)...)
+			// Its Service may be another app's fallback (FallbackIsEbbApp).
+			reqs = append(reqs, r.enqueueRoutes(ctx, route.Namespace, nil, func(other *routingv1alpha1.AppRoute, _ client.Object) bool {
+				return other.Name != route.Name && meta.FindStatusCondition(other.Status.Conditions, routingv1alpha1.ConditionFallbackReady) != nil
+			})...)
 			if route.Spec.ScaleTargetRef.Name != "" {
 				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: route.Namespace, Name: route.Spec.ScaleTargetRef.Name}})
 			}
@@ -653,7 +657,7 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return done, client.IgnoreNotFound(err)
 	}
 	r.reportSkipped(&current, report.skipped)
-	st, err := r.status(ctx, &current, &d, appCfg, svc)
+	st, err := r.status(ctx, &current, &d, appCfg, svc, report.fallback)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -726,7 +730,7 @@ func (r *routeReconciler) deleteRoutes(ctx context.Context, routes []routingv1al
 // status computes the controller's part of the status: Ready and
 // SidecarReachable, ready endpoints and whether the activator is in path.
 // Propagated belongs to the activators and is left alone.
-func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.AppRoute, d *appsv1.Deployment, app inject.App, svc *corev1.Service) (*routingv1alpha1.AppRouteStatus, error) {
+func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.AppRoute, d *appsv1.Deployment, app inject.App, svc *corev1.Service, fallback *metav1.Condition) (*routingv1alpha1.AppRouteStatus, error) {
 	st := route.Status.DeepCopy()
 	st.ObservedGeneration = route.Generation
 	st.ReadyEndpoints, st.ActivatorInPath = 0, false
@@ -778,39 +782,63 @@ func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.App
 	meta.SetStatusCondition(&st.Conditions, conflicted)
 	meta.SetStatusCondition(&st.Conditions, injected)
 	meta.SetStatusCondition(&st.Conditions, r.scaledBy(ctx, route))
-	if route.Spec.Fallback == nil {
+	if fallback == nil {
 		meta.RemoveStatusCondition(&st.Conditions, routingv1alpha1.ConditionFallbackReady)
 	} else {
-		fallback, err := r.fallbackReady(ctx, route)
-		if err != nil {
-			return nil, err
-		}
-		meta.SetStatusCondition(&st.Conditions, fallback)
+		c := *fallback
+		c.ObservedGeneration = route.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	return st, nil
 }
 
-// fallbackReady is the FallbackReady condition of a route with a fallback:
-// whether its Service exists with the TCP port held requests would go to
-// (the one named, else the Service's first TCP port).
-func (r *routeReconciler) fallbackReady(ctx context.Context, route *routingv1alpha1.AppRoute) (metav1.Condition, error) {
-	fb := route.Spec.Fallback
-	key := r.routes.names.Key(inject.AnnotationFallback)
-	cond := metav1.Condition{Type: routingv1alpha1.ConditionFallbackReady, ObservedGeneration: route.Generation, Status: metav1.ConditionFalse}
-	if fb.Name == route.Spec.Service.Name {
-		cond.Reason = "FallbackIsAppService"
-		cond.Message = fmt.Sprintf("the fallback Service %s is the app's own, which has no ready pod when the fallback would be used; set %s to another Service", fb.Name, key)
+// fallbackReady is the FallbackReady condition of the fallback an app of
+// namespace ns asks for (fb), whose own Service is appService: True when
+// the activator may send held requests there, the only case in which the
+// AppRoute's spec.fallback is written (desired). The activator dials the
+// Service's ClusterIP, so the Service must have one (not ExternalName, not
+// headless), select pods (a selector-less Service's endpoints are written
+// by hand and may name another namespace's pods or the activators
+// themselves), be no ebb app's Service of this instance (at zero its
+// ClusterIP leads back to the activators), and have the TCP port held
+// requests would go to (the one named, else its first TCP port).
+func (r *routes) fallbackReady(ctx context.Context, ns string, fb *routingv1alpha1.ServiceReference, appService string) (metav1.Condition, error) {
+	key := r.names.Key(inject.AnnotationFallback)
+	cond := metav1.Condition{Type: routingv1alpha1.ConditionFallbackReady, Status: metav1.ConditionFalse}
+	refuse := func(reason, why string) (metav1.Condition, error) {
+		cond.Reason = reason
+		cond.Message = fmt.Sprintf("the fallback Service %s %s; held requests get no fallback: set %s to another Service", fb.Name, why, key)
 		return cond, nil
 	}
+	if fb.Name == appService {
+		return refuse("FallbackIsAppService", "is the app's own, which has no ready pod when the fallback would be used")
+	}
 	var svc corev1.Service
-	err := r.routes.client.Get(ctx, types.NamespacedName{Namespace: route.Namespace, Name: fb.Name}, &svc, client.UnsafeDisableDeepCopy) // read only
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: fb.Name}, &svc, client.UnsafeDisableDeepCopy) // read only
 	switch {
 	case apierrors.IsNotFound(err):
 		cond.Reason = "ServiceNotFound"
-		cond.Message = fmt.Sprintf("the fallback Service %s (%s) does not exist in namespace %s; create it, or change or remove the annotation", fb.Name, key, route.Namespace)
+		cond.Message = fmt.Sprintf("the fallback Service %s (%s) does not exist in namespace %s; create it, or change or remove the annotation", fb.Name, key, ns)
 		return cond, nil
 	case err != nil:
-		return cond, fmt.Errorf("get fallback Service %s/%s: %w", route.Namespace, fb.Name, err)
+		return cond, fmt.Errorf("get fallback Service %s/%s: %w", ns, fb.Name, err)
+	}
+	switch {
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return refuse("ExternalName", "is of type ExternalName, which has no ClusterIP for the activator to send held requests to")
+	case svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		return refuse("NoClusterIP", "is headless (clusterIP: None), which has no ClusterIP for the activator to send held requests to")
+	case len(svc.Spec.Selector) == 0:
+		return refuse("NoSelector", "selects no pods: its endpoints are written by hand and could name any address of the cluster, another namespace's pods or the activators; give it a selector")
+	}
+	var routes routingv1alpha1.AppRouteList
+	if err := r.client.List(ctx, &routes, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil { // read only
+		return cond, fmt.Errorf("list AppRoutes in %s: %w", ns, err)
+	}
+	for _, other := range routes.Items {
+		if other.Spec.Service.Name == fb.Name {
+			return refuse("FallbackIsEbbApp", fmt.Sprintf("is the Service of ebb app %s, which at zero sends requests back to the activators", other.Name))
+		}
 	}
 	var tcp []string
 	for _, p := range svc.Spec.Ports {

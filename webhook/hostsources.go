@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -243,10 +244,11 @@ func trimSlash(p string) string {
 
 // hostReport is what the webhook tells of an AppRoute's hosts: where each
 // came from (status.hostSources) and what it skipped (the HostsSkipped
-// event).
+// event); and its FallbackReady condition (nil without a fallback).
 type hostReport struct {
-	sources []routingv1alpha1.HostSource
-	skipped []string
+	sources  []routingv1alpha1.HostSource
+	skipped  []string
+	fallback *metav1.Condition
 }
 
 // mergeHosts makes spec.hostPaths of claims, and the report of every host

@@ -81,7 +81,7 @@ func TestRouteControls(t *testing.T) {
 		ResponseHeaderTimeout: &metav1.Duration{Duration: time.Minute},
 		StreamIdleTimeout:     &metav1.Duration{Duration: 10 * time.Minute},
 		Concurrency:           1,
-		Fallback:              &routingv1alpha1.ServiceReference{Name: "sorry", Port: 8080},
+		// No spec.fallback until its Service is ready (FallbackReady True).
 	}
 	if diff := cmp.Diff(want, route.Spec); diff != "" {
 		t.Errorf("spec (-want +got):\n%s", diff)
@@ -129,7 +129,17 @@ func TestRouteControls(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Check(t, 10*time.Second, func() error {
-		return wantCondition(ctx, c, ns, "slow", routingv1alpha1.ConditionFallbackReady, metav1.ConditionTrue, "ServiceFound")
+		if err := wantCondition(ctx, c, ns, "slow", routingv1alpha1.ConditionFallbackReady, metav1.ConditionTrue, "ServiceFound"); err != nil {
+			return err
+		}
+		r, err := getRoute(ctx, c, ebbNames, ns, "slow")
+		if err != nil {
+			return err
+		}
+		if want := (routingv1alpha1.ServiceReference{Name: "sorry", Port: 8080}); r.Spec.Fallback == nil || *r.Spec.Fallback != want {
+			return fmt.Errorf("spec.fallback %v, want %+v", r.Spec.Fallback, want)
+		}
+		return nil
 	})
 
 	// No fallback: no condition.

@@ -79,7 +79,8 @@ func injectors(nsLabels, podLabels map[string]string) []groupsuffix.Names {
 
 // desired is the AppRoute of d's pod template and of the Ingresses and
 // HTTPRoutes naming its Service, with the Service it found (nil if none)
-// and the report of its hosts.
+// and the report of its hosts and fallback. spec.fallback is written only
+// when the fallback is ready (fallbackReady): the activator uses it as it is.
 func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1alpha1.AppRoute, inject.App, *corev1.Service, hostReport, error) {
 	app, err := inject.ParseApp(d.Namespace, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec, r.cfg)
 	if err != nil {
@@ -127,9 +128,6 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 	route.Spec.ResponseHeaderTimeout = duration(app.ResponseHeaderTimeout)
 	route.Spec.StreamIdleTimeout = duration(app.StreamIdleTimeout)
 	route.Spec.Concurrency = app.Concurrency
-	if app.Fallback != "" {
-		route.Spec.Fallback = &routingv1alpha1.ServiceReference{Name: app.Fallback, Port: app.FallbackPort}
-	}
 	if app.Placeholder {
 		// The AppRoute has no spec field for it (yet): the activator reads
 		// this annotation.
@@ -137,6 +135,17 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 	}
 	if svc != nil {
 		route.Spec.Service = routingv1alpha1.ServiceReference{Name: svc.Name, Port: port}
+	}
+	if app.Fallback != "" {
+		fb := &routingv1alpha1.ServiceReference{Name: app.Fallback, Port: app.FallbackPort}
+		cond, err := r.fallbackReady(ctx, d.Namespace, fb, route.Spec.Service.Name)
+		if err != nil {
+			return nil, app, nil, hostReport{}, err
+		}
+		if cond.Status == metav1.ConditionTrue {
+			route.Spec.Fallback = fb
+		}
+		report.fallback = &cond
 	}
 	if err := r.withPolicy(ctx, route); err != nil {
 		return nil, app, nil, hostReport{}, err
