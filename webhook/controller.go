@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,6 +166,8 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 			// programs write (Admitted, Propagated, Idle, lastColdStart)
 			// would each bring a reconcile and a walk of every route.
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A deleted AppRoute's last HostsSkipped note goes with it.
+		Watches(&routingv1alpha1.AppRoute{}, handler.Funcs{DeleteFunc: r.forgetSkipped}).
 		// A DomainClaim decides which namespace serves its domain.
 		Watches(&routingv1alpha1.DomainClaim{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.routesClaiming(ctx, nil, underDomain(o.GetName()))
@@ -686,6 +689,15 @@ func (r *routeReconciler) reportSkipped(route *routingv1alpha1.AppRoute, skipped
 		return
 	}
 	r.recorder.Eventf(route, nil, corev1.EventTypeWarning, "HostsSkipped", "SyncAppRoute", "%s", note)
+}
+
+// forgetSkipped drops the last HostsSkipped note of a deleted AppRoute:
+// a route deleted and made again is told what it skips, and the replica
+// keeps no note per route that once existed.
+func (r *routeReconciler) forgetSkipped(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if e.Object != nil {
+		r.skipped.Delete(types.NamespacedName{Namespace: e.Object.GetNamespace(), Name: e.Object.GetName()})
+	}
 }
 
 // hostPaths converts an AppRoute's spec.hostPaths for the routing table.

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -390,5 +393,32 @@ func TestImplementationSpecificPaths(t *testing.T) {
 	}
 	if d := cmp.Diff(wantSkipped, skipped); d != "" {
 		t.Errorf("skipped (-want +got):\n%s", d)
+	}
+}
+
+// TestDeletedRouteForgetsSkipped: the HostsSkipped event is sent when what
+// a route skips changes; a deleted route's last note is dropped, so the
+// replica keeps nothing of it, and a route made again under the same name
+// is told what it skips.
+func TestDeletedRouteForgetsSkipped(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	r := &routeReconciler{recorder: rec}
+	route := &routingv1alpha1.AppRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "hello"}}
+	skipped := []string{"Ingress/web rule 1: no host (it matches every host, which no app may claim)"}
+	r.reportSkipped(route, skipped)
+	r.reportSkipped(route, skipped)
+	if n := len(rec.Events); n != 1 {
+		t.Fatalf("%d events for one change of what is skipped, want 1", n)
+	}
+	<-rec.Events
+	r.forgetSkipped(context.Background(), event.DeleteEvent{Object: route}, nil)
+	left := 0
+	r.skipped.Range(func(any, any) bool { left++; return true })
+	if left != 0 {
+		t.Errorf("%d notes kept after the route was deleted", left)
+	}
+	r.reportSkipped(route, skipped)
+	if n := len(rec.Events); n != 1 {
+		t.Errorf("the route made again got %d HostsSkipped events, want 1", n)
 	}
 }
