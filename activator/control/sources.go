@@ -68,6 +68,10 @@ type sources struct {
 	nextList time.Time
 	claims   routing.Claims                // the DomainClaims last listed (under mu)
 	built    map[routing.Key]compiledRoute // under mu
+	// noFallback is why each route's fallback is not used, as last
+	// logged (under mu): a reason is logged when it changes, not at
+	// every rebuild.
+	noFallback map[routing.Key]string
 }
 
 // indexSlicesByService lets the cache list a Service's EndpointSlices.
@@ -273,6 +277,10 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		eps []proxy.Endpoint
 	}
 	var endpoints []appEps
+	appServices := make(map[types.NamespacedName]bool, len(routes))
+	for _, r := range routes {
+		appServices[types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.Service.Name}] = true
+	}
 	for _, r := range routes {
 		key := routing.Key{Namespace: r.Namespace, Name: r.Name}
 		rt := routing.Route[proxy.AppConfig]{
@@ -290,11 +298,10 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		}
 		rt.Value.Static, rt.Value.Page = s.compiled(r)
 		if f := r.Spec.Fallback; f != nil && f.Name != "" {
-			if f.Name == r.Spec.Service.Name {
-				// Its ClusterIP leads back to the hand-off slice: the request
-				// would be held again, and again at each timeout.
-				s.log.V(1).Info("fallback is the app's own Service; held requests get no fallback", "route", key.String())
+			if why := s.fallbackLoops(ctx, r, appServices); why != "" {
+				s.refuseFallback(key, why)
 			} else {
+				s.refuseFallback(key, "")
 				rt.Value.Fallback = s.fallbackAddr(ctx, r.Namespace, f)
 			}
 		}
@@ -319,6 +326,11 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 				delete(s.built, k)
 			}
 		}
+		for k := range s.noFallback {
+			if !live[k] {
+				delete(s.noFallback, k)
+			}
+		}
 	}
 	// Endpoints first, so a new route never answers from an empty set it
 	// already has endpoints for.
@@ -331,24 +343,65 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 	}
 }
 
+// fallbackLoops says why r's fallback would lead a request back to an
+// activator, from what the caches know: the fallback is the app's own
+// Service, another app's of this instance (appServices), or a Service
+// with a hand-off slice of any instance (an app at zero). "" if none of
+// these. (A loop the caches cannot see is cut by the hop header: see
+// proxy.FallbackHopHeader.)
+func (s *sources) fallbackLoops(ctx context.Context, r *routingv1alpha1.AppRoute, appServices map[types.NamespacedName]bool) string {
+	name := r.Spec.Fallback.Name
+	switch {
+	case name == r.Spec.Service.Name:
+		return "the fallback is the app's own Service: its traffic goes to an activator while the app has no ready pod"
+	case appServices[types.NamespacedName{Namespace: r.Namespace, Name: name}]:
+		return "the fallback is the Service of another app ebb routes: its traffic goes to an activator while that app has no ready pod"
+	}
+	for i, sls := 0, s.slicesOf(ctx, r.Namespace, name); i < len(sls); i++ {
+		if isHandoff(&sls[i]) {
+			return "the fallback Service has an activator's hand-off slice: its traffic goes to an activator"
+		}
+	}
+	return ""
+}
+
+// refuseFallback notes why the fallback of route key is not used ("" when
+// it is), and logs it when that changed.
+func (s *sources) refuseFallback(key routing.Key, why string) {
+	if s.noFallback[key] == why {
+		return
+	}
+	if why == "" {
+		delete(s.noFallback, key)
+		return
+	}
+	if s.noFallback == nil {
+		s.noFallback = map[routing.Key]string{}
+	}
+	s.noFallback[key] = why
+	s.log.Info("fallback not used: held requests get no fallback", "route", key.String(), "reason", why)
+}
+
 // compiledRoute is what sources builds from an AppRoute's spec once per
-// generation, so that an unchanged route keeps the same pointers (the
-// Router compares AppConfigs whole).
+// generation of one object (its UID: an AppRoute deleted and made again
+// under its name starts at generation 1 again), so that an unchanged
+// route keeps the same pointers (the Router compares AppConfigs whole).
 type compiledRoute struct {
+	uid        types.UID
 	generation int64
 	static     *staticanswer.Set
 	page       *proxy.Page
 }
 
 // compiled returns r's static responses and placeholder page, built once
-// per generation of r. Rules the webhook let through but Compile refuses
+// per generation of r (of its UID). Rules the webhook let through but Compile refuses
 // are logged and left out (admission refuses them first).
 func (s *sources) compiled(r *routingv1alpha1.AppRoute) (*staticanswer.Set, *proxy.Page) {
 	key := routing.Key{Namespace: r.Namespace, Name: r.Name}
-	if c, ok := s.built[key]; ok && c.generation == r.Generation {
+	if c, ok := s.built[key]; ok && c.uid == r.UID && c.generation == r.Generation {
 		return c.static, c.page
 	}
-	c := compiledRoute{generation: r.Generation}
+	c := compiledRoute{uid: r.UID, generation: r.Generation}
 	if len(r.Spec.StaticResponses) > 0 {
 		set, err := staticanswer.Compile(StaticRules(r.Spec.StaticResponses))
 		if err != nil {
