@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/discovery"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -51,9 +53,17 @@ const httpRouteResource = "httproutes"
 type gatewayAPI struct {
 	// mu orders reads of HTTPRoutes (read) against the informer's start
 	// and removal (write): a read after the removal must not start an
-	// informer on a missing API through the cache.
+	// informer on a missing API through the cache. A read holds it only
+	// while the informer has synced (synced), when the cache's List
+	// returns at once: a List on an informer not synced waits for its
+	// sync, for good if the API went or its list keeps failing, and the
+	// look that removes the informer would wait behind it, and every later
+	// read behind the look.
 	mu        sync.RWMutex
 	installed bool
+	// synced tells whether the HTTPRoute informer has synced, without
+	// waiting for it.
+	synced func(context.Context) bool
 	// poke brings a look before the next interval (watchError).
 	poke chan struct{}
 
@@ -73,8 +83,14 @@ var _ manager.LeaderElectionRunnable = (*gatewayAPI)(nil)
 // NeedLeaderElection is false: every replica follows the Gateway API.
 func (g *gatewayAPI) NeedLeaderElection() bool { return false }
 
-// read runs fn, which reads HTTPRoutes from the cache, if they are served.
-func (g *gatewayAPI) read(fn func() error) error {
+// errHTTPRoutesNotSynced: HTTPRoutes are served, and their informer has
+// not synced yet; the reconcile is retried (its first list brings the
+// routes of the Services they name anyway).
+var errHTTPRoutesNotSynced = errors.New("the HTTPRoute informer has not synced yet")
+
+// read runs fn, which reads HTTPRoutes from the cache, if they are served
+// and their informer has synced; errHTTPRoutesNotSynced if it has not.
+func (g *gatewayAPI) read(ctx context.Context, fn func() error) error {
 	if g == nil {
 		return nil
 	}
@@ -82,6 +98,9 @@ func (g *gatewayAPI) read(fn func() error) error {
 	defer g.mu.RUnlock()
 	if !g.installed {
 		return nil
+	}
+	if !g.synced(ctx) {
+		return errHTTPRoutesNotSynced
 	}
 	return fn()
 }
@@ -225,6 +244,10 @@ func (r *routeReconciler) watchHTTPRoutes(ctx context.Context, mgr ctrl.Manager,
 		}), predicate.GenerationChangedPredicate{}))
 	}
 	g.unwatch = func(ctx context.Context) error { return mgr.GetCache().RemoveInformer(ctx, &gatewayv1.HTTPRoute{}) }
+	g.synced = func(ctx context.Context) bool {
+		inf, err := mgr.GetCache().GetInformer(ctx, &gatewayv1.HTTPRoute{}, cache.BlockUntilSynced(false))
+		return err == nil && inf.HasSynced()
+	}
 	if err := g.look(ctx); err != nil {
 		return err
 	}

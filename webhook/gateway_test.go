@@ -3,11 +3,11 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"fmt"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
@@ -57,9 +57,10 @@ func TestGatewayLook(t *testing.T) {
 	g.discovery, g.elected, g.resync, g.routes, g.log = fd, elected, resync, c, logr.Discard()
 	g.watch = func() error { watches++; return nil }
 	g.unwatch = func(context.Context) error { unwatches++; return nil }
+	g.synced = func(context.Context) bool { return true }
 	reads := func() bool {
 		read := false
-		if err := g.read(func() error { read = true; return nil }); err != nil {
+		if err := g.read(t.Context(), func() error { read = true; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return read
@@ -145,10 +146,11 @@ func TestGatewayPolls(t *testing.T) {
 	g.discovery, g.log = fd, logr.Discard()
 	g.watch = func() error { return nil }
 	g.unwatch = func(context.Context) error { return nil }
+	g.synced = func(context.Context) bool { return true }
 	g.elected = make(chan struct{}) // never: no resync
 	served := func() bool {
 		ran := false
-		_ = g.read(func() error { ran = true; return nil })
+		_ = g.read(t.Context(), func() error { ran = true; return nil })
 		return ran
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -197,4 +199,89 @@ func TestGatewayPolls(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestGatewayGoneBeforeSyncDoesNotStall: the HTTPRoute watch starts (they
+// are served) and before its informer's first list succeeds their CRD
+// goes, or the list keeps failing. A reconcile's read must not sit in the
+// cache's List, which waits for the sync with no end, holding the read
+// lock: the informer's "not found" brings a look, whose removal of the
+// informer would wait behind it, and every later reconcile behind the
+// look (all workers hung, readiness lost). The read says "not synced" at
+// once, the look removes the informer, and later reads pass.
+func TestGatewayGoneBeforeSyncDoesNotStall(t *testing.T) {
+	fd := &servedDiscovery{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}}
+	g := newGatewayAPI()
+	elected := make(chan struct{})
+	close(elected)
+	scheme := runtime.NewScheme()
+	if err := routingv1alpha1.AddToScheme(scheme, "routing.ebb.dev"); err != nil {
+		t.Fatal(err)
+	}
+	g.discovery, g.elected, g.resync, g.log = fd, elected, make(chan event.GenericEvent, 10), logr.Discard()
+	g.routes = fake.NewClientBuilder().WithScheme(scheme).Build()
+	g.watch = func() error { return nil }
+	unwatched := make(chan struct{})
+	g.unwatch = func(context.Context) error { close(unwatched); return nil }
+	g.synced = func(context.Context) bool { return false } // never syncs
+	fd.served.Store(true)
+	if err := g.look(t.Context()); err != nil || !g.installed {
+		t.Fatalf("look = %v, installed %v", err, g.installed)
+	}
+
+	// A reconcile's read: its List would wait for the sync until its
+	// context ends (never, in a reconcile).
+	listCtx, cancelList := context.WithCancel(t.Context())
+	defer cancelList()
+	read := make(chan error, 1)
+	go func() {
+		read <- g.read(t.Context(), func() error { <-listCtx.Done(); return listCtx.Err() })
+	}()
+	select {
+	case err := <-read:
+		if !errors.Is(err, errHTTPRoutesNotSynced) {
+			t.Errorf("read before the sync = %v, want %v", err, errHTTPRoutesNotSynced)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("a read waited 3 s in the List of an informer that never syncs, holding the read lock")
+	}
+
+	// The informer's "not found": the look finds HTTPRoutes gone.
+	fd.served.Store(false)
+	looked := make(chan error, 1)
+	go func() { looked <- g.look(t.Context()) }()
+	select {
+	case err := <-looked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		cancelList() // let the stuck reader go, so that the test ends
+		t.Fatal("the look that removes the HTTPRoute informer waited 3 s behind a read stuck in its List: every later reconcile waits behind the look")
+	}
+	<-unwatched
+	if err := g.read(t.Context(), func() error { t.Error("read HTTPRoutes after they went"); return nil }); err != nil {
+		t.Errorf("read after HTTPRoutes went = %v, want nil (none served)", err)
+	}
+}
+
+// TestReadyOnceSynced: the webhook is ready once its cache has synced, and
+// stays so when an informer added later (the HTTPRoute watch, when the
+// Gateway API appears) cannot sync, its API gone or its list refused:
+// admission reads no HTTPRoute.
+func TestReadyOnceSynced(t *testing.T) {
+	var synced atomic.Bool
+	check := cacheSynced(func(context.Context) bool { return synced.Load() })
+	req := httptest.NewRequest("GET", "/readyz", nil)
+	if err := check(req); err == nil {
+		t.Error("ready before the cache has synced")
+	}
+	synced.Store(true)
+	if err := check(req); err != nil {
+		t.Errorf("not ready once the cache has synced: %v", err)
+	}
+	synced.Store(false) // the HTTPRoute informer, added now, never syncs
+	if err := check(req); err != nil {
+		t.Errorf("not ready because an informer added later has not synced: %v", err)
+	}
 }

@@ -341,7 +341,7 @@ func (r *routes) hostPaths(ctx context.Context, ns string, svc *corev1.Service, 
 		c, s := ingressClaims(&ings.Items[i], p)
 		claims, skipped = append(claims, c...), append(skipped, s...)
 	}
-	err := r.gateway.read(func() error {
+	err := r.gateway.read(ctx, func() error {
 		var hrs gatewayv1.HTTPRouteList
 		if err := r.client.List(ctx, &hrs, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil { // read only
 			return fmt.Errorf("list HTTPRoutes in %s: %w", ns, err)

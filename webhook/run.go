@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -118,14 +119,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("cache", func(req *http.Request) error {
-		wctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
-		defer cancel()
-		if !mgr.GetCache().WaitForCacheSync(wctx) {
-			return fmt.Errorf("caches not synced")
-		}
-		return nil
-	}); err != nil {
+	if err := mgr.AddReadyzCheck("cache", cacheSynced(mgr.GetCache().WaitForCacheSync)); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
 
@@ -213,5 +207,26 @@ func (r *certRenewer) Start(ctx context.Context) error {
 				r.log.Error(err, "check self-signed certificate; retrying at the next interval")
 			}
 		}
+	}
+}
+
+// cacheSynced is the cache's readiness check: ready once every informer
+// of the cache has synced, and from then on. An informer added later (the
+// HTTPRoute watch, when the Gateway API appears) may never sync, its API
+// gone or its list refused, and must not take the webhook's admission out
+// of service: admission reads no HTTPRoute, and the controller retries.
+func cacheSynced(waitForSync func(context.Context) bool) healthz.Checker {
+	var synced atomic.Bool
+	return func(req *http.Request) error {
+		if synced.Load() {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !waitForSync(ctx) {
+			return fmt.Errorf("caches not synced")
+		}
+		synced.Store(true)
+		return nil
 	}
 }
