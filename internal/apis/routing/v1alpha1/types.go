@@ -37,9 +37,13 @@ const (
 	// namespace scales the app on its counts (an external-push trigger
 	// whose app is the route's): nothing would wake it from zero.
 	ConditionScaledByKEDA = "ScaledByKEDA"
-	// ConditionFallbackReady is set when spec.fallback is: True when the
-	// Service exists with the TCP port held requests go to, False naming
-	// what is missing. Absent without a fallback.
+	// ConditionFallbackReady is set when the app names a fallback
+	// (<suffix>/fallback): True when the Service exists with a ClusterIP, a
+	// selector and the TCP port held requests go to, and is no ebb app's
+	// Service; False naming what is wrong (ServiceNotFound, ExternalName,
+	// NoClusterIP, NoSelector, FallbackIsAppService, FallbackIsEbbApp,
+	// NoTCPPort, NoSuchPort). spec.fallback is written only while it is
+	// True. Absent without a fallback.
 	ConditionFallbackReady = "FallbackReady"
 
 	// ConditionAdmitted is set by the activator pools: True naming the pool
