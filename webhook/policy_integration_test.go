@@ -21,6 +21,7 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/ebb-dev/ebb/internal/testwait"
+	"github.com/ebb-dev/ebb/webhook/inject/injecttest"
 )
 
 // typedClient is a client that knows the ebb.dev instance's types.
@@ -40,16 +41,13 @@ func typedClient(t *testing.T) client.Client {
 	return c
 }
 
-// sidecarEnv is the environment of pod's sidecar, by name.
+// sidecarEnv is the environment of pod's sidecar as its process gets it
+// (after the kubelet's expansion), by name.
 func sidecarEnv(t *testing.T, pod *corev1.Pod) map[string]string {
 	t.Helper()
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == "ebb-sidecar" {
-			out := map[string]string{}
-			for _, e := range c.Env {
-				out[e.Name] = e.Value
-			}
-			return out
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; c.Name == "ebb-sidecar" {
+			return injecttest.ContainerEnv(c)
 		}
 	}
 	t.Fatalf("pod %s has no sidecar", pod.Name)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/webhook/inject/injecttest"
 )
 
 var testCfg = DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), "v1.2.3")
@@ -640,74 +641,15 @@ func TestRouteControlsReachTheSidecar(t *testing.T) {
 	}
 }
 
-// sidecarEnv is the sidecar's environment as its process gets it: the
-// kubelet expands each literal value first (kubeletExpand), against the
-// container's earlier variables; a value from a field is a stand-in.
+// sidecarEnv is the sidecar's environment as its process gets it, after
+// the kubelet's expansion.
 func sidecarEnv(pod *corev1.Pod) map[string]string {
-	env := map[string]string{}
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name != ContainerName {
-			continue
-		}
-		for _, e := range c.Env {
-			if e.ValueFrom != nil {
-				env[e.Name] = "from-" + e.Name
-				continue
-			}
-			env[e.Name] = kubeletExpand(e.Value, env)
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; c.Name == ContainerName {
+			return injecttest.ContainerEnv(c)
 		}
 	}
-	return env
-}
-
-// kubeletExpand is the kubelet's rule for a container's env values (and
-// command and args), written here from its documentation: $$ is a literal
-// $, $(NAME) is the value of an earlier variable NAME (left as written
-// when there is none), and any other $ stays as it is.
-func kubeletExpand(s string, vars map[string]string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString("$(")
-				i++
-				continue
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString("$(" + name + ")")
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
-}
-
-// TestKubeletExpand holds kubeletExpand to the kubelet's documented
-// examples, so that the contract tests above see what the sidecar sees.
-func TestKubeletExpand(t *testing.T) {
-	vars := map[string]string{"A": "a", "EMPTY": ""}
-	for in, want := range map[string]string{
-		"$(A)": "a", "x$(A)y": "xay", "$$(A)": "$(A)", "$$$(A)": "$a", "$$": "$", "$": "$",
-		"$(B)": "$(B)", "$(A": "$(A", "$A": "$A", "X$$A": "X$A", "$(EMPTY)": "", "a$$$$b": "a$$b",
-	} {
-		if got := kubeletExpand(in, vars); got != want {
-			t.Errorf("kubeletExpand(%q) = %q, want %q", in, got, want)
-		}
-	}
+	return nil
 }
 
 // TestDollarsReachTheSidecarAsWritten: the kubelet expands $ in every env
