@@ -183,7 +183,8 @@ func (rt *Router) timeouts(a *app) h1.Timeouts {
 // returned writer; call cancel once it is done. Once the response head is
 // out, a stream idle timeout cancels r when no byte has gone either way
 // for that long (net/http then ends both sides: the client's stream or
-// connection, the app's).
+// connection, the app's). The request timeout does not bound the tunnel
+// of a 101 (headerTimeout stops it), as on the engine's path.
 func (rt *Router) withTimeouts(w http.ResponseWriter, r *http.Request, a *app) (http.ResponseWriter, *http.Request, context.CancelFunc) {
 	t := rt.timeouts(a)
 	ctx := r.Context()
@@ -192,7 +193,18 @@ func (rt *Router) withTimeouts(w http.ResponseWriter, r *http.Request, a *app) (
 	}
 	cancel := context.CancelFunc(func() {})
 	if t.Request > 0 {
-		ctx, cancel = context.WithTimeout(ctx, t.Request)
+		// Not context.WithTimeout: a 101's tunnel outlives the request
+		// timeout, as on the engine's path (h1.Timeouts.Request); only the
+		// stream idle timeout bounds it. headerTimeout stops the timer when
+		// the app answers 101.
+		var stopReq context.CancelCauseFunc
+		ctx, stopReq = context.WithCancelCause(ctx)
+		timer := time.AfterFunc(t.Request, func() { stopReq(context.DeadlineExceeded) })
+		ctx = context.WithValue(ctx, requestTimerKey{}, timer)
+		cancel = func() {
+			timer.Stop()
+			stopReq(nil)
+		}
 	}
 	if t.StreamIdle > 0 {
 		var stop context.CancelCauseFunc
@@ -305,7 +317,7 @@ type headerTimeout struct{ next http.RoundTripper }
 func (t headerTimeout) RoundTrip(r *http.Request) (*http.Response, error) {
 	d, _ := r.Context().Value(headerTimeoutKey{}).(time.Duration)
 	if d <= 0 {
-		return t.next.RoundTrip(r)
+		return upgraded(t.next.RoundTrip(r))
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	timer := time.AfterFunc(d, func() { cancel(&h1.ResponseTimeoutError{After: d}) })
@@ -314,5 +326,20 @@ func (t headerTimeout) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, context.Cause(ctx)
 	}
 	// The body is read under ctx: it ends with the request's own context.
+	return upgraded(resp, err)
+}
+
+// requestTimerKey is the context key of the timer of a request's request
+// timeout on net/http's path (withTimeouts).
+type requestTimerKey struct{}
+
+// upgraded stops the request timeout of a request the app answered 101:
+// its tunnel is bounded by the stream idle timeout only.
+func upgraded(resp *http.Response, err error) (*http.Response, error) {
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols && resp.Request != nil {
+		if timer, ok := resp.Request.Context().Value(requestTimerKey{}).(*time.Timer); ok {
+			timer.Stop()
+		}
+	}
 	return resp, err
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -110,6 +111,11 @@ func (p *upstreams) reverseProxy(addr string, rt http.RoundTripper) *httputil.Re
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.log.V(1).Info("upstream failed", "upstream", addr, "host", r.Host, "error", err.Error())
 			code := http.StatusBadGateway
+			// The HTTP/2 transport reports a request timeout as the
+			// context's cancelation; its cause tells (withTimeouts).
+			if cause := context.Cause(r.Context()); !timedOutErr(err) && timedOutErr(cause) {
+				err = cause
+			}
 			if timedOutErr(err) {
 				code = http.StatusGatewayTimeout
 			}
