@@ -15,7 +15,10 @@
 // trailer syntax) and go on re-framed from what it parsed: sizes in minimal
 // hex, extensions dropped, data and trailers as received. Bad requests get
 // 400/431/501/505 (405 for CONNECT); a bad response from the app gets the
-// client a 502 and the app's connection closed.
+// client a 502 and the app's connection closed. The engine's own answers
+// (those, Answer, a failed upstream's 502/504) carry no body to a HEAD,
+// and neither body nor Content-Length with a 1xx, 204 or 304: on a
+// connection kept open, such bytes would be read as the next response.
 //
 // Upstream is a keep-alive pool per app address. A connection goes back only
 // after a response consumed exactly, and is taken again only if nothing
