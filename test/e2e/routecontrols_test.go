@@ -26,10 +26,6 @@ import (
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
 
-// conditionFallbackReady is the AppRoute condition that says whether the
-// route's fallback Service can take held requests.
-const conditionFallbackReady = "FallbackReady"
-
 // routeControlNamespace deletes the namespace when the test ends, after
 // logging, if it failed, what ebb says of its apps and the namespace's
 // AppRoutes, RoutePolicies and pods.
@@ -44,6 +40,7 @@ func routeControlNamespace(t *testing.T, ns string, apps ...string) {
 			}
 			dumpRouteControls(t, ns)
 			t.Logf("pods of %s:\n%s", ns, install.DescribePods(ctx, lc, ns))
+			dumpSidecarEnv(t, ns)
 		}
 		if err := lc.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 			t.Logf("delete namespace %s: %v", ns, err)
@@ -69,6 +66,32 @@ func dumpRouteControls(t *testing.T, ns string) {
 		for _, o := range l.Items {
 			y, _ := yaml.Marshal(map[string]any{"generation": o.GetGeneration(), "spec": o.Object["spec"], "status": o.Object["status"]})
 			t.Logf("%s %s/%s:\n%s", res, ns, o.GetName(), y)
+		}
+	}
+}
+
+// dumpSidecarEnv logs the ebb settings (EBB_* variables) the webhook gave
+// each pod's sidecar.
+func dumpSidecarEnv(t *testing.T, ns string) {
+	t.Helper()
+	pods, err := lc.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("pods of %s: %v", ns, err)
+		return
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.InitContainers {
+			var env []string
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "EBB_") {
+					v := e.Value
+					if len(v) > 300 {
+						v = v[:300] + "…"
+					}
+					env = append(env, e.Name+"="+v)
+				}
+			}
+			t.Logf("pod %s, container %s: %s", p.Name, c.Name, strings.Join(env, " "))
 		}
 	}
 }
@@ -121,6 +144,8 @@ func newClient(timeout time.Duration) *http.Client {
 
 // prober sends a GET every interval, each on its own connection and in its
 // own goroutine so that a slow answer does not delay the next, until stop.
+// It keeps to its schedule: a probe that a busy machine sends late is sent
+// all the same (a time.Ticker would drop it).
 type prober struct {
 	mu      sync.Mutex
 	answers []answer
@@ -134,9 +159,8 @@ func startProber(ctx context.Context, url, host string, interval time.Duration) 
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
+		start := time.Now()
+		for i := 1; ; i++ {
 			p.done.Add(1)
 			go func() {
 				defer p.done.Done()
@@ -150,7 +174,7 @@ func startProber(ctx context.Context, url, host string, interval time.Duration) 
 				return
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-time.After(time.Until(start.Add(time.Duration(i) * interval))):
 			}
 		}
 	}()
@@ -261,6 +285,123 @@ func servedByApp(t *testing.T, a *install.AppAtZero, body string) bool {
 	return false
 }
 
+// TestRouteControlStaticAnswerKeepsAppAtZero: an uptime checker probing
+// /healthz every 200 ms for 60 s never wakes an app whose RoutePolicy
+// answers /healthz at zero (AtZero): the Deployment stays at 0 replicas,
+// the AppRoute Idle True, and every probe gets the rule's status, header
+// and body from the activator. A request to / then wakes the app and is
+// answered by it; with the app warm the probes go on (answered by the app,
+// not counted) and the app still goes back to zero once the real traffic
+// stops, the probes answered all along.
+func TestRouteControlStaticAnswerKeepsAppAtZero(t *testing.T) {
+	ctx := t.Context()
+	const ns, app = "e2e-rc-static", "probed"
+	routeControlNamespace(t, ns, app)
+	// The policy first, as `kubectl apply -f dir/` may create it: it
+	// names an app that does not exist yet.
+	if err := lc.EnsureNamespace(ctx, ns, ebb.OptIn()); err != nil {
+		t.Fatal(err)
+	}
+	rule := routingv1alpha1.StaticResponse{
+		Name:  "healthz",
+		Match: routingv1alpha1.StaticMatch{Path: &routingv1alpha1.PathMatch{Type: routingv1alpha1.PathMatchExact, Value: "/healthz"}, Method: http.MethodGet},
+		When:  routingv1alpha1.AnswerAtZero,
+		Response: routingv1alpha1.StaticAnswer{Status: http.StatusOK, Body: "ok (static, app at zero)\n",
+			Headers: []routingv1alpha1.HTTPHeader{{Name: "X-Static-Rule", Value: "healthz"}}},
+	}
+	if err := ebb.CreateRoutePolicy(ctx, lc, &routingv1alpha1.RoutePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+		Spec:       routingv1alpha1.RoutePolicySpec{App: app, StaticResponses: []routingv1alpha1.StaticResponse{rule}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := deployRouteControlApp(t, ns, app, scaling, nil, nil)
+	if _, err := ebb.WaitPolicyApplied(ctx, lc, ns, app, app, 60*time.Second, func(r *routingv1alpha1.AppRoute) bool {
+		return len(r.Spec.StaticResponses) == 1 && r.Spec.StaticResponses[0].Name == rule.Name
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitIdleTrue(ctx, ns, app, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	var tl timeline
+	tl.mark(time.Now(), "at zero, Idle True: probes every 200 ms to /healthz start")
+	var most atomic.Int32
+	stopReplicas := watchReplicas(ctx, a, &tl, &most)
+	defer stopReplicas()
+	idle := sampleIdle(ctx, ns, app)
+	probes := startProber(ctx, a.URL+"healthz", a.Host, 200*time.Millisecond)
+	time.Sleep(60 * time.Second)
+	idle.stop()
+	stopAtZero := time.Now()
+	tl.mark(stopAtZero, "60 s of probes at zero")
+
+	if n := most.Load(); n > 0 {
+		t.Errorf("the Deployment went to %d replicas while only /healthz was probed at zero", n)
+	}
+	if len(idle.notIdle) > 0 {
+		t.Errorf("the AppRoute was not Idle True in %d of %d samples while only /healthz was probed at zero:\n%s", len(idle.notIdle), idle.samples.Load(), strings.Join(idle.notIdle, "\n"))
+	}
+	if pods, err := ebb.PodsOf(ctx, lc, ns, app); err != nil || len(pods) > 0 {
+		t.Errorf("the app has %d pods (%v) after 60 s of probes at zero, want none", len(pods), err)
+	}
+
+	// A real request wakes the app.
+	client := newClient(60 * time.Second)
+	real := fetch(ctx, client, a.URL, a.Host, nil)
+	tl.mark(time.Now(), "a request to / answered: "+real.String())
+	if real.Err != nil || real.Status != http.StatusOK || !servedByApp(t, a, real.Body) {
+		stopReplicas()
+		t.Fatalf("GET / after the probes: %s; want 200 from the app's pod\ntimeline:\n%s", real, tl.String())
+	}
+	// Warm, the probes go on; the app goes back to zero all the same.
+	warm := time.Now()
+	if err := lc.WaitReplicas(ctx, ns, app, 0, 90*time.Second); err != nil {
+		t.Errorf("with the app warm and /healthz probed every 200 ms: %v\ntimeline:\n%s", err, tl.String())
+	}
+	toZero := time.Since(warm)
+	tl.mark(time.Now(), "replicas 0 with the probes going on")
+	// The probes around the last pod's going, answered too.
+	time.Sleep(5 * time.Second)
+	answers := probes.Stop()
+	stopReplicas()
+
+	var atZero, static, byApp, bad int
+	var badOnes []string
+	for _, p := range answers {
+		if p.Sent.Before(stopAtZero) {
+			atZero++
+		}
+		isStatic := p.Err == nil && p.Status == int(rule.Response.Status) && p.Body == rule.Response.Body && p.Header.Get("X-Static-Rule") == "healthz"
+		isApp := p.Err == nil && p.Status == http.StatusOK && p.Body == "ok\n" && p.Header.Get("X-Static-Rule") == ""
+		switch {
+		case isStatic:
+			static++
+		case isApp && !p.Sent.Before(stopAtZero):
+			byApp++
+		default:
+			bad++
+			if len(badOnes) < 10 {
+				badOnes = append(badOnes, fmt.Sprintf("sent %s: %s (X-Static-Rule %q)", p.Sent.Format("15:04:05.000"), p, p.Header.Get("X-Static-Rule")))
+			}
+		}
+	}
+	t.Logf("timeline:\n%s", tl.String())
+	t.Logf("%d probes: %d during the 60 s at zero, %d answered by the static rule, %d by the warm app, %d neither", len(answers), atZero, static, byApp, bad)
+	fmt.Printf("FIGURE: static answer at zero: %d probes to /healthz in 60 s at zero (every 200 ms), %d answered by the rule, Deployment replicas max %d; app woken by / in %s; with probes going on, back to zero %s after the app answered (rateWindow %s, cooldown %ds)\n",
+		atZero, static, most.Load(), real.Took.Round(time.Millisecond), toZero.Round(time.Millisecond), scaling.RateWindow, scaling.Cooldown)
+	if atZero < 295 {
+		t.Errorf("only %d probes sent in 60 s at zero, want 300", atZero)
+	}
+	if static < atZero {
+		t.Errorf("%d probes answered by the rule, fewer than the %d sent at zero", static, atZero)
+	}
+	if bad > 0 {
+		t.Errorf("%d probes answered neither by the rule (%d %q) nor, once warm, by the app's /healthz:\n%s", bad, rule.Response.Status, rule.Response.Body, strings.Join(badOnes, "\n"))
+	}
+}
+
 // TestRouteControlStreamIdleTimeout: a WebSocket to an app that stops
 // answering on it (accepts the upgrade, then silent) is closed by ebb once
 // nothing has passed either way for the route's stream-idle-timeout (5 s),
@@ -362,9 +503,11 @@ func TestRouteControlStreamIdleTimeout(t *testing.T) {
 }
 
 // TestRouteControlRequestTimeout: on a route with request-timeout 2s, a
-// request the app takes 5 s to answer gets 504 from ebb after about 2 s
-// (and one it answers in 500 ms gets 200), while the same 5 s request to
-// another app of the namespace, with no timeout set, gets its 200.
+// request the app takes 5 s to answer gets 504 from ebb 2 s after it was
+// sent, and one the app answers in 500 ms gets its 200, while the same 5 s
+// request to another app of the namespace, with no timeout set, gets its
+// 200. Both apps are warm and busy (a request every 500 ms), so the
+// requests go straight to their pods' sidecars.
 func TestRouteControlRequestTimeout(t *testing.T) {
 	ctx := t.Context()
 	const ns = "e2e-rc-timeout"
@@ -394,14 +537,26 @@ func TestRouteControlRequestTimeout(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	client := newClient(60 * time.Second)
+	// Wake both and keep them busy: not idle, no hand-off slice.
+	var busy []*prober
 	for _, a := range []*install.AppAtZero{bounded, unbounded} {
-		if r := fetch(ctx, client, a.URL, a.Host, nil); r.Err != nil || r.Status != http.StatusOK {
-			t.Fatalf("wake %s: %s", a.Name, r)
-		}
-		waitServedByPod(t, a)
+		busy = append(busy, startProber(ctx, a.URL, a.Host, 500*time.Millisecond))
 	}
+	for _, a := range []*install.AppAtZero{bounded, unbounded} {
+		if err := cluster.WaitFor(ctx, 60*time.Second, a.Name+" served by its pod, no hand-off slice", func(ctx context.Context) (bool, error) {
+			n, err := ebb.HandOffEndpoints(ctx, lc, a.Namespace, a.Name)
+			if err != nil || n > 0 {
+				return false, err
+			}
+			route, err := ebb.AppRoute(ctx, lc, a.Namespace, a.Name)
+			return err == nil && route.Status.ReadyEndpoints > 0, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second) // kube-proxy's sync after the slice went
 
+	client := newClient(60 * time.Second)
 	var long, short, other answer
 	wg.Add(3)
 	go func() { defer wg.Done(); long = fetch(ctx, client, bounded.URL+"?delay=5s", bounded.Host, nil) }()
@@ -420,7 +575,188 @@ func TestRouteControlRequestTimeout(t *testing.T) {
 	if other.Err != nil || other.Status != http.StatusOK || !servedByApp(t, unbounded, other.Body) || other.Took < 5*time.Second {
 		t.Errorf("a 5 s request on the route with no timeout: %s, want the app's 200 after 5 s", other)
 	}
+	for i, p := range busy {
+		for _, r := range p.Stop() {
+			if r.Err != nil || r.Status != http.StatusOK {
+				t.Errorf("a request keeping %s busy: %s", []string{"bounded", "unbounded"}[i], r)
+				break
+			}
+		}
+	}
 	fmt.Printf("FIGURE: request timeout %s: 504 after %s; another route's 5 s request 200 after %s\n", timeout, long.Took.Round(time.Millisecond), other.Took.Round(time.Millisecond))
+}
+
+// TestRouteControlPlaceholder: a browser (GET, Accept: text/html) to an app
+// at zero gets the route's own placeholder page at once — the RoutePolicy's
+// status, its Refresh header, the body from its ConfigMap — while an API
+// client's request is held and answered by the app; the app wakes and the
+// browser's reload then gets the app's page.
+func TestRouteControlPlaceholder(t *testing.T) {
+	ctx := t.Context()
+	const ns, app = "e2e-rc-placeholder", "page"
+	routeControlNamespace(t, ns, app)
+	a := deployRouteControlApp(t, ns, app, scaling, nil, nil)
+	// The policy after the app, the other order than the static answer's
+	// test.
+	const page = "<!doctype html>\n<title>Waking up</title>\n<p>page is starting; this page reloads itself.</p>\n"
+	if _, err := lc.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app + "-waiting"},
+		Data:       map[string]string{"page.html": page},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ebb.CreateRoutePolicy(ctx, lc, &routingv1alpha1.RoutePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+		Spec: routingv1alpha1.RoutePolicySpec{App: app, Placeholder: &routingv1alpha1.PlaceholderSource{
+			Status:          http.StatusServiceUnavailable,
+			Headers:         []routingv1alpha1.HTTPHeader{{Name: "Refresh", Value: "2"}, {Name: "Cache-Control", Value: "no-store"}},
+			ConfigMapKeyRef: routingv1alpha1.ConfigMapKeyRef{Name: app + "-waiting", Key: "page.html"},
+		}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ebb.WaitPolicyApplied(ctx, lc, ns, app, app, 60*time.Second, func(r *routingv1alpha1.AppRoute) bool {
+		return r.Spec.Placeholder != nil && r.Spec.Placeholder.Body == page
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ebb.WaitAtZero(ctx, lc, a, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	browser := http.Header{"Accept": {"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}}
+	client := newClient(60 * time.Second)
+	first := fetch(ctx, client, a.URL, a.Host, browser)
+	t.Logf("browser at zero: %s, headers %v", first, first.Header)
+	switch {
+	case first.Err != nil || first.Status != http.StatusServiceUnavailable || first.Body != page:
+		t.Errorf("a browser's GET at zero: %s; want 503 with the ConfigMap's page %q", first, page)
+	case first.Header.Get("Refresh") != "2" || first.Header.Get("Cache-Control") != "no-store":
+		t.Errorf("the placeholder's headers: Refresh %q, Cache-Control %q; want 2, no-store (all: %v)", first.Header.Get("Refresh"), first.Header.Get("Cache-Control"), first.Header)
+	case !strings.HasPrefix(first.Header.Get("Content-Type"), "text/html"):
+		t.Errorf("the placeholder's Content-Type %q, want text/html", first.Header.Get("Content-Type"))
+	}
+	if first.Took > 2*time.Second {
+		t.Errorf("the placeholder came after %s: the browser waited for the cold start", first.Took.Round(time.Millisecond))
+	}
+	// The browser's request alone wakes the app.
+	if err := waitReplicasAtLeast(ctx, a, 1, 30*time.Second); err != nil {
+		t.Fatalf("after the placeholder: %v", err)
+	}
+	// An API client is not given the page: held, then answered by the app.
+	api := make(chan answer, 1)
+	go func() { api <- fetch(ctx, client, a.URL, a.Host, http.Header{"Accept": {"application/json"}}) }()
+	// The browser reloads every 2 s, as Refresh says, until the app
+	// answers.
+	var reloads int
+	var last answer
+	for {
+		time.Sleep(2 * time.Second)
+		reloads++
+		last = fetch(ctx, client, a.URL, a.Host, browser)
+		if last.Err == nil && last.Status == http.StatusOK {
+			break
+		}
+		if reloads == 30 {
+			t.Fatalf("the browser's reloads got no page from the app in 60 s (last: %s)", last)
+		}
+	}
+	woke := time.Since(first.Sent)
+	if !servedByApp(t, a, last.Body) {
+		t.Errorf("the reload's 200 is not the app's page: %q", last.Body)
+	}
+	r := <-api
+	if r.Err != nil || r.Status != http.StatusOK || !servedByApp(t, a, r.Body) {
+		t.Errorf("an API client's GET (Accept: application/json) at zero: %s, want held and answered 200 by the app", r)
+	}
+	fmt.Printf("FIGURE: placeholder: the browser's page (503, Refresh 2) in %s; the app's page after %d reloads, %s after the first request; an API client's request sent once the app was woken held and answered in %s\n",
+		first.Took.Round(time.Millisecond), reloads, woke.Round(time.Millisecond), r.Took.Round(time.Millisecond))
+}
+
+// TestRouteControlFallback: an app that cannot start (its readiness check
+// fails for an hour) with cold-start-timeout 5s and a fallback Service
+// (a plain Deployment of the test app that ebb leaves alone): the
+// AppRoute says FallbackReady True, and requests held at zero are sent to
+// the fallback once the 5 s have passed, each answered 200 by a fallback
+// pod.
+func TestRouteControlFallback(t *testing.T) {
+	ctx := t.Context()
+	const ns, app, fallback = "e2e-rc-fallback", "stuck", "standby"
+	const coldStart = 5 * time.Second
+	routeControlNamespace(t, ns, app)
+	if err := lc.EnsureNamespace(ctx, ns, ebb.OptIn()); err != nil {
+		t.Fatal(err)
+	}
+	fd, fsvc := install.PlainApp(ns, fallback, 1, nil)
+	if _, err := lc.Client.AppsV1().Deployments(ns).Create(ctx, fd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Client.CoreV1().Services(ns).Create(ctx, fsvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := install.WaitDeploymentReady(ctx, lc, ns, fallback, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	a := deployRouteControlApp(t, ns, app, scaling,
+		map[string]string{"cold-start-timeout": coldStart.String(), "fallback": fallback + ":80"},
+		map[string]string{"READY_AFTER": "1h"})
+	route, err := ebb.WaitRoute(ctx, lc, ns, app, "FallbackReady True naming "+fallback, 60*time.Second, func(r *routingv1alpha1.AppRoute) bool {
+		c := install.RouteCondition(r, routingv1alpha1.ConditionFallbackReady)
+		return r.Spec.Fallback != nil && c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, fallback) && install.Propagated(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FallbackReady: %+v", *install.RouteCondition(route, routingv1alpha1.ConditionFallbackReady))
+
+	const n = 5
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	client := newClient(60 * time.Second)
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); answers[i] = fetch(ctx, client, a.URL, a.Host, nil) }()
+	}
+	wg.Wait()
+	fallbackPods, err := lc.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + fallback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byFallback := func(body string) bool {
+		for _, p := range fallbackPods.Items {
+			if body == "hello from "+p.Name+"\n" {
+				return true
+			}
+		}
+		return false
+	}
+	var slowest time.Duration
+	for i, r := range answers {
+		slowest = max(slowest, r.Took)
+		switch {
+		case r.Err != nil || r.Status != http.StatusOK || !byFallback(r.Body):
+			t.Errorf("request %d held while %s cannot start: %s, want the fallback's 200", i, app, r)
+		case r.Took < coldStart-100*time.Millisecond || r.Took > coldStart+5*time.Second:
+			t.Errorf("request %d answered by the fallback after %s, want just after the cold-start timeout %s", i, r.Took.Round(time.Millisecond), coldStart)
+		}
+	}
+	// The app was woken and did not start: the fallback answered because
+	// of it, not because the app never got a pod.
+	pods, err := ebb.PodsOf(ctx, lc, ns, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				t.Errorf("pod %s of %s is Ready: the test app's READY_AFTER=1h did not keep it from starting", p.Name, app)
+			}
+		}
+	}
+	if len(pods) == 0 {
+		t.Errorf("%s has no pod: the held requests did not wake it", app)
+	}
+	fmt.Printf("FIGURE: fallback: %d requests held while the app could not start, all answered 200 by the fallback Service, the slowest after %s (cold-start-timeout %s)\n", n, slowest.Round(time.Millisecond), coldStart)
 }
 
 // TestRouteControlConcurrencyLimit: an app with concurrency 1, 20
