@@ -43,7 +43,8 @@ type Options struct {
 	// StaticResponses is a JSON array of staticanswer.Rule (set by the
 	// webhook from the app's RoutePolicy): the sidecar answers the Always
 	// rules itself, and leaves out of the counts the requests an AtZero
-	// rule without header conditions matches. Empty: none.
+	// rule without header conditions matches when they have no body and no
+	// upgrade. Empty: none.
 	StaticResponses string
 	// Concurrency is the most requests (an upgraded connection and an h2c
 	// stream each one) the app is given at once; 0: no limit.
@@ -136,7 +137,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.Duration(&o.IdleTimeout, "idle-timeout", "idle keep-alive timeout and stalled body timeout")
 	s.Duration(&o.ResponseHeaderTimeout, "response-header-timeout", "longest wait for the app's response head (504 after it; 0: no limit)")
 	s.Int(&o.MaxHeaderBytes, "max-header-bytes", "largest request head accepted (431 above)")
-	s.String(&o.StaticResponses, "static-responses", "static responses as a JSON array of rules (set by the webhook from the app's RoutePolicy): Always rules are answered here, never reaching the app nor counted; requests of AtZero rules without header conditions reach the app uncounted")
+	s.String(&o.StaticResponses, "static-responses", "static responses as a JSON array of rules (set by the webhook from the app's RoutePolicy): Always rules are answered here, never reaching the app nor counted; requests of AtZero rules without header conditions reach the app uncounted when they have no body and no upgrade")
 	s.Int(&o.Concurrency, "concurrency", "most requests the app is given at once, the rest queued (0: no limit)")
 	s.Int(&o.ConcurrencyQueue, "concurrency-queue", "requests that wait beyond --concurrency (503 with Retry-After past them)")
 	s.Duration(&o.RequestTimeout, "request-timeout", "longest exchange, from the request head to the end of the response (504 before the response head, the connection closed after it; 0: no limit)")

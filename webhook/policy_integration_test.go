@@ -388,6 +388,12 @@ func TestRoutePolicyRefused(t *testing.T) {
 		})},
 		want: []string{"spec.staticResponses[0].match.path.value", "without percent-encoding", "write the plain path, such as /healthz"},
 	}, {
+		name: "a path with a ';' parameter",
+		rules: []routingv1alpha1.StaticResponse{rule("healthz", func(r *routingv1alpha1.StaticResponse) {
+			r.Match.Path.Value = "/healthz;v=1"
+		})},
+		want: []string{"spec.staticResponses[0].match.path.value", "a ';'", "write the plain path, such as /healthz"},
+	}, {
 		name: "a 5000-byte body",
 		rules: []routingv1alpha1.StaticResponse{rule("healthz", func(r *routingv1alpha1.StaticResponse) {
 			r.Response.Body = strings.Repeat("x", 5000)

@@ -158,7 +158,7 @@ type PathMatch struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.contains('?') && !self.contains('#') && !self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/..') && !self.endsWith('/.')",message="path.value: an absolute path starting with /, without a query, a fragment, an empty segment, . or .."
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[!-~]*$') && !self.contains('%') && !self.contains('\\\\')",message="path.value: visible ASCII without percent-encoding, a backslash or a space (a request path not in that form matches no rule); write the plain path, such as /healthz"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[!-~]*$') && !self.contains('%') && !self.contains('\\\\') && !self.contains(';')",message="path.value: visible ASCII without percent-encoding, a backslash, a ';' or a space (a request path not in that form matches no rule); write the plain path, such as /healthz"
 	Value string `json:"value"`
 }
 
