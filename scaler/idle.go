@@ -61,6 +61,8 @@ func idleOf(p params, f figures) Idleness {
 		return Idleness{Idle: false, Reason: ReasonRequestsInFlight, Message: msg + "."}
 	case p.activation == 0 && f.inWindow > 0:
 		return Idleness{Idle: false, Reason: ReasonRecentRequests, Message: fmt.Sprintf("%d request(s) in the last %s (the rate window): the app is idle once %s pass without one.", f.inWindow, p.window, p.window)}
+	case p.activation == 0 && f.released:
+		return Idleness{Idle: false, Reason: ReasonRecentRequests, Message: fmt.Sprintf("requests left the activator's hold in the last %s (the rate window): the app is idle once %s pass without one.", p.window, p.window)}
 	case p.activation > 0 && f.concurrency() > 0:
 		return Idleness{Idle: true, Reason: ReasonBelowActivation, Message: fmt.Sprintf("concurrency %d is not above activationConcurrency %v: KEDA may scale the app to zero.", f.concurrency(), p.activation)}
 	default:

@@ -24,6 +24,8 @@ func TestIdleOf(t *testing.T) {
 		"in flight, short":           {def, figures{inFlight: 2, inWindow: 9}, ReasonRequestsInFlight, "2 request(s) in flight."},
 		"an open WebSocket":          {def, figures{inFlight: 1, busyFor: 95 * time.Second}, ReasonRequestsInFlight, "without a break for 1m35s: a long-lived request or an open connection (WebSocket, stream)"},
 		"recent requests":            {def, figures{inWindow: 7}, ReasonRecentRequests, "7 request(s) in the last 1m0s"},
+		"released by the activator":  {def, figures{released: true}, ReasonRecentRequests, "requests left the activator's hold in the last 1m0s"},
+		"released, with activation":  {withActivation, figures{released: true}, ReasonNoRequests, "no request in flight or held"},
 		"below the activation":       {withActivation, figures{inFlight: 5, inWindow: 70}, ReasonBelowActivation, "concurrency 5 is not above activationConcurrency 5"},
 		"above the activation":       {withActivation, figures{inFlight: 6}, ReasonRequestsInFlight, "6 request(s) in flight"},
 		"recent, with an activation": {withActivation, figures{inWindow: 7}, ReasonNoRequests, "no request in flight or held"},

@@ -60,7 +60,8 @@ func (p params) metricName() string { return "ebb-" + p.kind.String() + "-" + p.
 // active is the activation rule: an app with a pod the scaler cannot see
 // (no sidecar) is always active; otherwise it is active while its
 // concurrency exceeds activationConcurrency or, when that is 0 (the default),
-// while any request was counted within the window.
+// while any request was counted or left the activators' hold within the
+// window (figures.released).
 func (p params) active(f figures) bool {
 	switch {
 	case f.bypassedPods > 0:
@@ -68,7 +69,7 @@ func (p params) active(f figures) bool {
 	case float64(f.concurrency()) > p.activation:
 		return true
 	default:
-		return p.activation == 0 && f.inWindow > 0
+		return p.activation == 0 && f.recent()
 	}
 }
 

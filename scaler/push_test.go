@@ -7,12 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/testwait"
 )
@@ -27,12 +32,16 @@ func recvActive(t *testing.T, st grpc.ServerStreamingClient[externalscaler.IsAct
 }
 
 // The first held request of an app at zero reaches KEDA's open
-// StreamIsActive within 20 ms (p99), without waiting for a tick.
+// StreamIsActive within 20 ms (p99), without waiting for a tick. Released,
+// the requests keep the app active for its rate window (here one tick,
+// 10 ms): the stream says false at the first tick after it.
 func TestHeldPushReachesStreamAtOnce(t *testing.T) {
-	r := newRig(t, nil, nil)
+	const window = 10 * time.Millisecond
+	r := newRig(t, nil, func(o *Options) { o.Tick = window })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := r.es.StreamIsActive(ctx, conc("cold"))
+	so := ref(map[string]string{"app": "cold", "targetConcurrency": "10", "rateWindow": window.String()})
+	st, err := r.es.StreamIsActive(ctx, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +60,11 @@ func TestHeldPushReachesStreamAtOnce(t *testing.T) {
 		}
 		lat = append(lat, time.Since(start))
 		c.Set(cold, 0)
+		testwait.For(t, 10*time.Second, "the release reaches the registry", func() bool { return r.status("cold").Held == 0 })
+		time.Sleep(window)
+		r.tick()
 		if recvActive(t, st) {
-			t.Fatal("stream sent true after the held request left")
+			t.Fatal("stream sent true after the held request left and the window passed")
 		}
 	}
 	slices.Sort(lat)
@@ -61,12 +73,16 @@ func TestHeldPushReachesStreamAtOnce(t *testing.T) {
 	}
 }
 
-// A dead activator does not pin an app active: its counts go after the grace.
+// A dead activator does not pin an app active: its counts go after the
+// grace, and the app is inactive once its rate window has passed after
+// that (the requests it held count as recent, as any released ones).
 func TestActivatorGoneReleasesApp(t *testing.T) {
-	r := newRig(t, nil, func(o *Options) { o.HoldGrace = 100 * time.Millisecond })
+	const window = 100 * time.Millisecond
+	r := newRig(t, nil, func(o *Options) { o.HoldGrace = 100 * time.Millisecond; o.Tick = 10 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := r.es.StreamIsActive(ctx, conc("cold"))
+	so := ref(map[string]string{"app": "cold", "targetConcurrency": "10", "rateWindow": window.String()})
+	st, err := r.es.StreamIsActive(ctx, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +94,14 @@ func TestActivatorGoneReleasesApp(t *testing.T) {
 	}
 	gone := time.Now()
 	c.Close()
-	if recvActive(t, st) {
-		t.Fatal("stream sent true again")
-	}
+	testwait.For(t, 5*time.Second, "the dead activator's counts dropped", func() bool { return r.status("cold").Held == 0 })
 	if waited := time.Since(gone); waited < 80*time.Millisecond {
 		t.Errorf("counts dropped after %s, before the 100ms grace", waited)
+	}
+	time.Sleep(window)
+	r.tick()
+	if recvActive(t, st) {
+		t.Fatal("stream sent true again")
 	}
 	// The drop is counted just after the counts go (outside the server's
 	// lock), so the stream may say so first.
@@ -142,5 +161,106 @@ func TestTwoScalersAgree(t *testing.T) {
 	}
 	if c1, c2 := r1.status("hello").RequestsCounted, r2.status("hello").RequestsCounted; c1 != 32+5 || c2 != c1 {
 		t.Errorf("counted: r1 %d, r2 %d; want 37 each (30+2 since the first tick, 5 on the new pod)", c1, c2)
+	}
+}
+
+// TestReleasedHoldStaysRecent: requests that leave the activator's hold
+// (a cold start's, forwarded to the pod now ready) keep the app active
+// until the rate window has passed with nothing else, though the sidecar's
+// counts do not show them yet: KEDA's stream and IsActive stay true and
+// the Idle condition goes from RequestsHeld to RecentRequests, never to
+// True in between (it did, a tick after every wake, and back at the next
+// read: two Idle writes, the hand-off slice published and removed again).
+func TestReleasedHoldStaysRecent(t *testing.T) {
+	const window = 400 * time.Millisecond
+	sc := newSidecar(t, 0, 10, 1) // the pod's sidecar, its counts not yet showing the released requests
+	r := newRig(t, fake.NewClientset(appPod("hello-0", "hello", sc)), func(o *Options) { o.Tick = 50 * time.Millisecond })
+	so := ref(map[string]string{"app": "hello", "targetConcurrency": "10", "rateWindow": window.String()})
+	k := appKey{Namespace: ns, Name: "hello"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := r.es.StreamIsActive(ctx, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan bool, 16)
+	go func() {
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				close(sent)
+				return
+			}
+			sent <- resp.Result
+		}
+	}()
+	if <-sent {
+		t.Fatal("active before anything was held")
+	}
+
+	// The Idle loop's decisions, applied to the cached AppRoute as the
+	// watch would bring them back.
+	names := groupsuffix.MustNew(groupsuffix.Default)
+	rts := newRoutes(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), names)
+	rt := &route{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hello"}}
+	if err := rts.inf.GetIndexer().Add(rt); err != nil {
+		t.Fatal(err)
+	}
+	w := newIdleStatus(r.s, nil, rts, names, logr.Discard())
+	defer w.queue.ShutDown()
+	var writes []string
+	idlePass := func() {
+		p, fresh := r.s.asked.get(k, time.Now())
+		if !fresh {
+			t.Fatal("KEDA's ask not remembered")
+		}
+		if c := w.due(p, time.Now()); c != nil {
+			writes = append(writes, string(c.Status)+"/"+c.Reason)
+			rt.idle = c
+		}
+	}
+
+	c := r.pushClient("ebb-system/activator-0")
+	c.Set(k, 5)
+	if !<-sent {
+		t.Fatal("stream sent false after 5 requests were held")
+	}
+	idlePass()
+	c.Set(k, 0)
+	testwait.For(t, 10*time.Second, "the release reaches the scaler", func() bool { return r.s.hold.Held(k) == 0 && r.status("hello").Held == 0 })
+	released := time.Now()
+	for time.Since(released) < window*3/4 {
+		r.tick() // the sidecar still says 10 requests, none in flight
+		idlePass()
+		if !r.active(so) {
+			t.Fatalf("IsActive false %s after the held requests left, before the sidecar showed them", time.Since(released))
+		}
+		select {
+		case v := <-sent:
+			t.Fatalf("stream sent %v %s after the held requests left, before the window passed", v, time.Since(released))
+		default:
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if want := []string{"False/" + ReasonRequestsHeld, "False/" + ReasonRecentRequests}; !slices.Equal(writes, want) {
+		t.Fatalf("Idle writes until the window passes: %v, want %v", writes, want)
+	}
+
+	time.Sleep(time.Until(released.Add(window + 20*time.Millisecond)))
+	r.tick() // the window passed with nothing from the sidecar
+	select {
+	case v := <-sent:
+		if v {
+			t.Fatal("stream sent true again once the window passed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream sent nothing once the window passed with no request")
+	}
+	if r.active(so) {
+		t.Error("IsActive true once the window passed with no request")
+	}
+	idlePass()
+	if want := "True/" + ReasonNoRequests; writes[len(writes)-1] != want {
+		t.Errorf("Idle writes: %v, want the last %s", writes, want)
 	}
 }

@@ -54,6 +54,7 @@ type app struct {
 	coldStarts   uint64 // times held went above 0 while no pod was ready
 	hist         history
 	lastBusy     time.Time
+	released     int64 // unix nanos of when held last went down: those requests are recent (see figures.released)
 	watchers     int
 	changed      chan struct{}
 }
@@ -292,6 +293,9 @@ func (r *registry) setHeld(k appKey, held int64, now time.Time) {
 		if a.held == 0 && a.readyPods == 0 {
 			a.coldStarts++ // counted here once, however many activators hold
 		}
+		if held < a.held {
+			a.released = now.UnixNano()
+		}
 		a.held = held
 		a.lastBusy = now
 		a.notifyLocked()
@@ -387,6 +391,16 @@ type figures struct {
 	refusedPods                                           int
 	counted                                               uint64
 	inWindow                                              uint64 // counted within the window asked for
+	// released: requests left the activators' hold within the window.
+	// They count as recent, as the sidecars' counts would: the sidecar a
+	// request goes to counts it at its next read, a tick or more after the
+	// release (a slow lane's read a tick later still), and until then the
+	// app would look idle — KEDA told inactive, Idle=True written, the
+	// hand-off slice published again — for a second of every wake. A held
+	// request that never reached a pod (a 504, a client gone, an activator
+	// gone) is a request within the window all the same. Not in inWindow:
+	// the sidecar counts it too, so the rate would count it twice.
+	released bool
 }
 
 func (a *app) figures(now time.Time, window time.Duration) figures {
@@ -402,7 +416,12 @@ func (a *app) figuresLocked(now time.Time, window time.Duration) figures {
 		refusedPods: a.refusedPods,
 		counted:     a.counted,
 		inWindow:    a.hist.since(now.Add(-window), a.counted),
+		released:    a.released != 0 && now.UnixNano()-a.released < int64(window),
 	}
 }
 
 func (f figures) concurrency() int64 { return f.inFlight + f.held }
+
+// recent tells whether a request was counted or left the activators' hold
+// within the window.
+func (f figures) recent() bool { return f.inWindow > 0 || f.released }
