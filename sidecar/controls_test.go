@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/ebb-dev/ebb/internal/staticanswer"
+	"github.com/ebb-dev/ebb/internal/tcptest"
 	"github.com/ebb-dev/ebb/internal/testwait"
 )
 
@@ -293,35 +294,20 @@ func TestStaticAtZeroPathParametersCounted(t *testing.T) {
 // then echoes the tunnel's bytes.
 func upgradingApp(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return tcptest.Serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			l, err := br.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					l, err := br.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if l == "\r\n" {
-						break
-					}
-				}
-				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
-				io.Copy(c, br)
-			}()
+			if l == "\r\n" {
+				break
+			}
 		}
-	}()
-	return ln.Addr().String()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		io.Copy(c, br)
+	})
 }
 
 // TestStaticAtZeroUpgradeCounted: an upgrade on a path an AtZero rule
@@ -523,38 +509,24 @@ func TestConcurrencyQueueFull(t *testing.T) {
 // value per app connection the sidecar closed.
 func stallingApp(t *testing.T, headDelay time.Duration) (addr string, closed chan struct{}) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	closed = make(chan struct{}, 100)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				line, err := br.ReadString('\n')
-				if err != nil || skipHead(br) != nil {
-					return
-				}
-				switch {
-				case strings.HasPrefix(line, "GET /ws "):
-					io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
-				case strings.HasPrefix(line, "GET /head "):
-					time.Sleep(headDelay)
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345")
-				}
-				io.Copy(io.Discard, br) // until the sidecar closes
-				closed <- struct{}{}
-			}()
+	addr = tcptest.Serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		line, err := br.ReadString('\n')
+		if err != nil || skipHead(br) != nil {
+			return
 		}
-	}()
-	return ln.Addr().String(), closed
+		switch {
+		case strings.HasPrefix(line, "GET /ws "):
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+		case strings.HasPrefix(line, "GET /head "):
+			time.Sleep(headDelay)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345")
+		}
+		io.Copy(io.Discard, br) // until the sidecar closes
+		closed <- struct{}{}
+	})
+	return addr, closed
 }
 
 // TestRequestTimeout: before the app's response head, the client gets

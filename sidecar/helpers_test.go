@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/ebb-dev/ebb/internal/tcptest"
 	"github.com/ebb-dev/ebb/internal/tracing"
 )
 
@@ -63,33 +64,18 @@ func startSidecar(t testing.TB, o Options) *running {
 // resp, allocation-free, so that benchmarks measure the proxy alone.
 func rawUpstream(t testing.TB, resp string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return tcptest.Serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		out := []byte(resp)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if err := skipHead(br); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				out := []byte(resp)
-				for {
-					if err := skipHead(br); err != nil {
-						return
-					}
-					if _, err := c.Write(out); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := c.Write(out); err != nil {
+				return
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // skipHead reads one head without a body.

@@ -13,6 +13,7 @@ import (
 	h1 "github.com/ebb-dev/ebb/internal/http1"
 	"github.com/ebb-dev/ebb/internal/routing"
 	"github.com/ebb-dev/ebb/internal/staticanswer"
+	"github.com/ebb-dev/ebb/internal/tcptest"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -248,36 +249,21 @@ func TestFallbackWhenQueueFull(t *testing.T) {
 // pieces every gap (none after the first when gap is 0: it stalls).
 func slowHeadApp(t *testing.T, delay, gap time.Duration) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	return tcptest.Serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		time.Sleep(delay)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+		for gap > 0 {
+			time.Sleep(gap)
+			if _, err := io.WriteString(c, "1\r\nb\r\n"); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				if _, err := http.ReadRequest(br); err != nil {
-					return
-				}
-				time.Sleep(delay)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
-				for gap > 0 {
-					time.Sleep(gap)
-					if _, err := io.WriteString(c, "1\r\nb\r\n"); err != nil {
-						return
-					}
-				}
-				io.Copy(io.Discard, c)
-			}()
 		}
-	}()
-	return ln.Addr().String()
+		io.Copy(io.Discard, c)
+	})
 }
 
 // TestRequestTimeout: a route's request timeout answers 504 when the

@@ -10,39 +10,26 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ebb-dev/ebb/internal/tcptest"
 )
 
 // hostileAdmin is a pod's admin port answering every request head with
 // answer, on raw TCP.
 func hostileAdmin(t *testing.T, answer func(c net.Conn)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return tcptest.Serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			line, err := br.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if line == "\r\n" {
-						answer(c)
-					}
-				}
-			}()
+			if line == "\r\n" {
+				answer(c)
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // TestProbeReadyHostilePod: the activator's /ready probe of a pod's sidecar

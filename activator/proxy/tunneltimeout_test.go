@@ -9,34 +9,20 @@ import (
 	"time"
 
 	h1 "github.com/ebb-dev/ebb/internal/http1"
+	"github.com/ebb-dev/ebb/internal/tcptest"
 )
 
 // upgradeEchoApp answers every request 101 and then echoes what comes.
 func upgradeEchoApp(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				if _, err := http.ReadRequest(br); err != nil {
-					return
-				}
-				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-				io.Copy(c, br)
-			}()
+	return tcptest.Serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
 		}
-	}()
-	return ln.Addr().String()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		io.Copy(c, br)
+	})
 }
 
 // TestRequestTimeoutSparesTunnels: a route's request timeout bounds a
