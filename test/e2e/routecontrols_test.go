@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
 )
@@ -762,9 +763,10 @@ func TestRouteControlFallback(t *testing.T) {
 // TestRouteControlConcurrencyLimit: an app with concurrency 1, 20
 // concurrent requests of 1 s at zero: the app never has more than one
 // request at once (each response says the most it has had at once, and
-// every pod's own count says so at the end), KEDA scales out on the
-// sidecar's queue (targetConcurrency 1, max 3), and all 20 are answered
-// 200 by the app.
+// every pod's own count says so at the end), the sidecar's /stats?detail
+// shows the limit, its queue (default bound 100) and the queued requests
+// counted in flight, KEDA scales out on them (targetConcurrency 1, max 3),
+// and all 20 are answered 200 by the app.
 func TestRouteControlConcurrencyLimit(t *testing.T) {
 	ctx := t.Context()
 	const ns, app = "e2e-rc-limit", "single"
@@ -783,6 +785,57 @@ func TestRouteControlConcurrencyLimit(t *testing.T) {
 	answers := make([]answer, n)
 	var wg sync.WaitGroup
 	client := newClient(120 * time.Second)
+	// What the sidecars say meanwhile: their limit, their queue, and the
+	// queued requests counted in flight.
+	type detail struct{ limit, queueLimit, queued, inFlight int64 }
+	var (
+		mu       sync.Mutex
+		deepest  detail // the sample with the most queued
+		detailed int
+	)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		c := newClient(time.Second)
+		for sampleCtx.Err() == nil {
+			pods, _ := ebb.PodsOf(sampleCtx, lc, ns, app)
+			for _, p := range pods {
+				if p.Status.PodIP == "" {
+					continue
+				}
+				r := fetch(sampleCtx, c, fmt.Sprintf("http://%s:%d%s?detail", p.Status.PodIP, sidecarapi.DefaultAdminPort, sidecarapi.StatsPath), "", nil)
+				if r.Err != nil || r.Status != http.StatusOK {
+					continue
+				}
+				d := detail{limit: -1}
+				for _, line := range strings.Split(r.Body, "\n") {
+					k, v, _ := strings.Cut(line, " ")
+					n, _ := strconv.ParseInt(v, 10, 64)
+					switch k {
+					case "concurrency_limit":
+						d.limit = n
+					case "queue_limit":
+						d.queueLimit = n
+					case "queued":
+						d.queued = n
+					case "in_flight":
+						d.inFlight = n
+					}
+				}
+				mu.Lock()
+				detailed++
+				if detailed == 1 || d.queued > deepest.queued {
+					deepest = d
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-sampleCtx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
 	tl.mark(time.Now(), fmt.Sprintf("%d concurrent requests of 1 s at zero", n))
 	for i := range n {
 		wg.Add(1)
@@ -790,6 +843,8 @@ func TestRouteControlConcurrencyLimit(t *testing.T) {
 	}
 	wg.Wait()
 	tl.mark(time.Now(), "all answered")
+	stopSampling()
+	<-sampled
 	pods, err := ebb.PodsOf(ctx, lc, ns, app)
 	if err != nil {
 		t.Fatal(err)
@@ -847,6 +902,15 @@ func TestRouteControlConcurrencyLimit(t *testing.T) {
 	if maxSeen != 1 {
 		t.Errorf("the pods' most requests at once: %d, want 1", maxSeen)
 	}
-	fmt.Printf("FIGURE: concurrency 1: %d of %d concurrent requests answered 200 (the slowest after %s), the most the app had at once %d (by its responses %v), replicas up to %d\n",
-		ok, n, slowest.Round(time.Millisecond), maxSeen, seen, most.Load())
+	t.Logf("the sidecars' /stats?detail, %d samples; the most queued: %+v", detailed, deepest)
+	switch {
+	case deepest.limit != 1 || deepest.queueLimit != 100:
+		t.Errorf("the sidecar's /stats?detail says concurrency_limit %d, queue_limit %d; want 1 and 100 (the default)", deepest.limit, deepest.queueLimit)
+	case deepest.queued < 1:
+		t.Errorf("no sidecar had a request queued in %d samples while %d requests waited on a limit of 1", detailed, n)
+	case deepest.inFlight < deepest.queued+1:
+		t.Errorf("the sidecar had %d queued but %d in flight: queued requests must count in flight (for the scaler)", deepest.queued, deepest.inFlight)
+	}
+	fmt.Printf("FIGURE: concurrency 1: %d of %d concurrent requests answered 200 (the slowest after %s), the most the app had at once %d (by its responses %v), the sidecar's queue at most %d (in flight %d), replicas up to %d\n",
+		ok, n, slowest.Round(time.Millisecond), maxSeen, seen, deepest.queued, deepest.inFlight, most.Load())
 }
