@@ -230,6 +230,12 @@ func (cc *Conn) RoundTrip(up *Upstream, rq *Request) bool {
 			// Nothing of the response went out yet: still time for a 502.
 			return cc.upstreamFailed(up, rq, errBadResponse)
 		}
+		if !sent && !cc.req.sent1xx && err == errStreamTimeout {
+			// The request timeout passed between reading the app's head
+			// and writing it: nothing went out, so the client still gets
+			// its 504 rather than a closed connection.
+			return cc.upstreamFailed(up, rq, &ResponseTimeoutError{After: cc.req.timeouts.Request})
+		}
 		return false
 	}
 	if streamBody {
