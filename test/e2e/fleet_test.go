@@ -46,7 +46,8 @@ const (
 //     is the lone figure; they
 //     scale back to zero (cooldown 5 s) while the fleet is made;
 //   - then 200 apps are created, every AppRoute must be Ready, Admitted,
-//     Propagated and ScaledByKEDA within 2 minutes, and Idle;
+//     Propagated and ScaledByKEDA within 2 minutes, and Idle with the
+//     activators' hand-off slice serving its Service (activatorInPath);
 //   - for 60 s while nothing happens, the API server's audit log (which
 //     must go on past the window, and show ebb's Lease renewals in it, or
 //     the window proves nothing) must show no write by any of ebb's
@@ -96,9 +97,9 @@ func TestFleet(t *testing.T) {
 	t.Logf("every AppRoute Ready, Admitted, Propagated and ScaledByKEDA %s after the last apply", cv.Routed.Round(time.Millisecond))
 	if cv.Idle == 0 {
 		// The scalers' Idle writes would fall in the idle minute.
-		t.Errorf("not every AppRoute Idle 2 minutes after the last apply: %s", cv.Last)
+		t.Errorf("not every AppRoute Idle and handed off to the activators 2 minutes after the last apply: %s", cv.Last)
 	} else {
-		t.Logf("every AppRoute Idle %s after the last apply", cv.Idle.Round(time.Millisecond))
+		t.Logf("every AppRoute Idle and handed off to the activators %s after the last apply", cv.Idle.Round(time.Millisecond))
 	}
 	if err := lone.WaitAtZero(ctx, nil, time.Minute); err != nil {
 		t.Fatalf("the lone apps after their wakes: %v", err)

@@ -25,9 +25,10 @@ var Routed = []string{
 }
 
 // RouteCounts says how many of the apps asked about have an AppRoute, one
-// with every Routed condition True, and one whose Idle is True.
+// with every Routed condition True, one whose Idle is True, and one whose
+// Service the activators' hand-off slice serves (status.activatorInPath).
 type RouteCounts struct {
-	Apps, Routes, Routed, Idle int
+	Apps, Routes, Routed, Idle, HandedOff int
 	// True counts the routes with each of Routed True.
 	True map[string]int
 	// NotRouted names one route that is not, with its conditions.
@@ -42,7 +43,7 @@ func (c RouteCounts) String() string {
 		}
 		s += fmt.Sprintf("%s %d", t, c.True[t])
 	}
-	return s + fmt.Sprintf("), %d Idle", c.Idle)
+	return s + fmt.Sprintf("), %d Idle, %d handed off to the activators", c.Idle, c.HandedOff)
 }
 
 // Routes lists the AppRoutes of the fleet's namespaces and counts those of
@@ -85,6 +86,9 @@ func (f *Fleet) Routes(ctx context.Context, apps []App) (RouteCounts, error) {
 		if meta.IsStatusConditionTrue(r.Status.Conditions, routingv1alpha1.ConditionIdle) {
 			c.Idle++
 		}
+		if r.Status.ActivatorInPath {
+			c.HandedOff++
+		}
 	}
 	return c, nil
 }
@@ -100,14 +104,15 @@ func conditions(cs []metav1.Condition) string {
 // Convergence is how long the fleet's AppRoutes took after the last apply.
 type Convergence struct {
 	// Routed is until every app's AppRoute had every Routed condition
-	// True; Idle until every one had Idle True too; 0 if not within the
-	// timeout.
+	// True; Idle until every one had Idle True too and its Service the
+	// hand-off slice (an app at zero at rest: nothing left to write); 0 if
+	// not within the timeout.
 	Routed, Idle time.Duration
 	Last         RouteCounts
 }
 
 // WaitRouted polls the AppRoutes of apps every 2 s from lastApply until
-// every one is routed and, with idle, Idle too, or timeout, logging
+// every one is routed and, with idle, Idle and handed off too, or timeout, logging
 // progress every 15 s. It fails only if they are not all routed.
 func (f *Fleet) WaitRouted(ctx context.Context, apps []App, lastApply time.Time, timeout time.Duration, idle bool) (Convergence, error) {
 	var cv Convergence
@@ -122,7 +127,7 @@ func (f *Fleet) WaitRouted(ctx context.Context, apps []App, lastApply time.Time,
 			cv.Routed = time.Since(lastApply)
 			f.Logf("every AppRoute routed %s after the last apply", cv.Routed.Round(time.Second))
 		}
-		if cv.Idle == 0 && c.Idle == len(apps) {
+		if cv.Idle == 0 && c.Idle == len(apps) && c.HandedOff == len(apps) {
 			cv.Idle = time.Since(lastApply)
 		}
 		if time.Since(logged) > 15*time.Second {
