@@ -104,6 +104,14 @@ func newH2CServer(p *proxy) *h2cServer {
 			http.Error(w, "ebb-sidecar: malformed :path", http.StatusBadRequest)
 			return
 		}
+		for name := range r.Trailer {
+			// A declared trailer that is no field name (an empty one):
+			// net/http's transport would not send the request on (502).
+			if !h1.ValidFieldName(name) {
+				http.Error(w, "ebb-sidecar: malformed trailer field name", http.StatusBadRequest)
+				return
+			}
+		}
 		p.arrived()
 		start := time.Now()
 		if p.ctl != nil {

@@ -319,6 +319,10 @@ func (rq h2cRequest) differential(direct, behind *recordingApp, addr string) (fa
 		// as the HTTP/1.1 engine refuses such a target (net/http's
 		// transport re-escaped it: "/ " went to the app as "/%20").
 		return "", "a malformed :path refused"
+	case got == nil && !validTrailerNames(want.Trailer):
+		// A declared trailer with no valid name (an empty one): 400;
+		// net/http's transport would not send it on.
+		return "", "a malformed trailer field name refused"
 	case got == nil:
 		return fmt.Sprintf("net/http took the request and the app did not get it through the sidecar (%v):\n%+v", errVia, *want), ""
 	}
@@ -327,6 +331,16 @@ func (rq h2cRequest) differential(direct, behind *recordingApp, addr string) (fa
 		return fmt.Sprintf("what the app got through the sidecar differs from what net/http parsed (-net/http +app), allowed: %q:\n%s", why, diff), ""
 	}
 	return "", why
+}
+
+// validTrailerNames reports whether every declared trailer is a field name.
+func validTrailerNames(tr http.Header) bool {
+	for name := range tr {
+		if !h1.ValidFieldName(name) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestH2CDifferentialSeeds runs the differential's seeds in -short runs
