@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/routing"
 	"github.com/ebb-dev/ebb/internal/staticanswer"
 	"github.com/ebb-dev/ebb/internal/tcptest"
+	"github.com/ebb-dev/ebb/internal/testwait"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -516,10 +518,15 @@ func TestStaticAndFallbackSeriesOnFirstUse(t *testing.T) {
 	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: hello.test\r\n\r\nGET /x HTTP/1.1\r\nHost: hello.test\r\n\r\n")
 	readAnswers(t, c, 2)
 	fb.next(t)
-	got = outcomes(t, reg)
-	if got["static"] != 1 || got["fallback"] != 1 || got["timeout"] != 0 {
-		t.Errorf("outcomes %v, want static 1, fallback 1, timeout 0", got)
-	}
+	// The outcome is counted once the exchange has ended, which can be
+	// just after the client has read the answer.
+	testwait.Check(t, 5*time.Second, func() error {
+		got := outcomes(t, reg)
+		if got["static"] != 1 || got["fallback"] != 1 || got["timeout"] != 0 {
+			return fmt.Errorf("outcomes %v, want static 1, fallback 1, timeout 0", got)
+		}
+		return nil
+	})
 }
 
 // TestStreamIdleTimeoutH2C: on net/http's path (h2c), a streamed
