@@ -94,6 +94,56 @@ type RoutePolicySpec struct {
 	// header) until the app answers.
 	// +optional
 	Placeholder *PlaceholderSource `json:"placeholder,omitempty"`
+
+	// Wakes are the apps this app needs to serve. A request that wakes
+	// this app wakes them too, and theirs in turn, and is released only
+	// once each has a ready pod. Each stays up while an app that needs it
+	// is up. A list that closes a cycle is refused.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.app == a.app && (has(b.namespace) ? b.namespace : '') == (has(a.namespace) ? a.namespace : '')))",message="wakes: an app is named twice; name each once"
+	Wakes []Dependency `json:"wakes,omitempty"`
+
+	// WakeOrder is how the apps of Wakes are woken: Together (the
+	// default) scales every one up at once; Ordered scales an app up only
+	// once every app it needs has a ready pod, for apps that fail at
+	// start without them.
+	// +optional
+	// +kubebuilder:validation:Enum=Together;Ordered
+	WakeOrder WakeOrder `json:"wakeOrder,omitempty"`
+
+	// WakeableFrom are the other namespaces whose apps may name this app
+	// in their wakes. Apps of its own namespace always may; an app of
+	// another namespace not listed here is not woken for them.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	WakeableFrom []string `json:"wakeableFrom,omitempty"`
+}
+
+// WakeOrder is how an app's dependencies are woken.
+type WakeOrder string
+
+const (
+	// WakeTogether scales the app and every app it needs up at once.
+	WakeTogether WakeOrder = "Together"
+	// WakeOrdered scales an app up only once every app it needs is ready.
+	WakeOrdered WakeOrder = "Ordered"
+)
+
+// Dependency names an app another app needs: its <suffix>/app label, in
+// the same namespace unless Namespace says another of the same instance.
+type Dependency struct {
+	// App is the app's <suffix>/app label (its AppRoute's name).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	App string `json:"app"`
+	// Namespace of the app; the RoutePolicy's own when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // StaticResponse is one rule: which requests, when, and the answer.

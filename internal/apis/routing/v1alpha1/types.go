@@ -211,7 +211,20 @@ type AppRouteSpec struct {
 	// +optional
 	Placeholder *Placeholder `json:"placeholder,omitempty"`
 
-	// Policy names the RoutePolicy the two fields above come from.
+	// Wakes are the apps this app needs, from its RoutePolicy's wakes,
+	// each with its namespace, the ones another namespace does not let it
+	// wake left out (status.dependencies names them). The apps they need
+	// are in their own AppRoutes.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Wakes []Dependency `json:"wakes,omitempty"`
+
+	// WakeOrder is the RoutePolicy's wakeOrder: Together or Ordered.
+	// +optional
+	// +kubebuilder:validation:Enum=Together;Ordered
+	WakeOrder WakeOrder `json:"wakeOrder,omitempty"`
+
+	// Policy names the RoutePolicy the fields above come from.
 	// +optional
 	Policy string `json:"policy,omitempty"`
 }
@@ -261,12 +274,14 @@ type ServiceReference struct {
 	Port int32 `json:"port,omitempty"`
 }
 
-// ScaleTargetReference names the Deployment in the AppRoute's namespace.
+// ScaleTargetReference names the workload in the AppRoute's namespace
+// whose pods serve the app: a Deployment, a StatefulSet, or a resource of
+// a kind the instance is told of that has the scale subresource.
 type ScaleTargetReference struct {
-	// APIVersion of the target, apps/v1.
+	// APIVersion of the target, such as apps/v1.
 	// +kubebuilder:default="apps/v1"
 	APIVersion string `json:"apiVersion"`
-	// Kind of the target, Deployment.
+	// Kind of the target, such as Deployment or StatefulSet.
 	// +kubebuilder:default="Deployment"
 	Kind string `json:"kind"`
 	// Name of the target.
@@ -320,7 +335,46 @@ type AppRouteStatus struct {
 	// spent its time, phase by phase.
 	// +optional
 	LastColdStart *ColdStart `json:"lastColdStart,omitempty"`
+
+	// Dependencies is the tree of apps this app wakes (spec.wakes and
+	// theirs, transitively), one entry per app, each naming the app that
+	// needs it, and what it is waiting on. Written by the webhook.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Dependencies []DependencyStatus `json:"dependencies,omitempty"`
 }
+
+// DependencyStatus is one app of an AppRoute's dependency tree.
+type DependencyStatus struct {
+	// App and Namespace name the app.
+	App       string `json:"app"`
+	Namespace string `json:"namespace"`
+	// NeededBy is the app whose wakes name it, namespace/name: this
+	// AppRoute's app for a direct dependency.
+	NeededBy string `json:"neededBy"`
+	// State: Ready (it has a ready pod), AtZero, Waking (scaled up, no
+	// ready pod yet), Missing (no AppRoute of that name), NotPermitted
+	// (its namespace does not list this one in wakeableFrom).
+	State DependencyState `json:"state"`
+	// ReadyEndpoints counts its ready app endpoints.
+	// +optional
+	ReadyEndpoints int32 `json:"readyEndpoints,omitempty"`
+	// WaitingOn says what it waits for before it can serve, if anything:
+	// "a ready pod", "its dependency <namespace>/<name>", ...
+	// +optional
+	WaitingOn string `json:"waitingOn,omitempty"`
+}
+
+// DependencyState is what a dependency of an app is doing.
+type DependencyState string
+
+const (
+	DependencyReady        DependencyState = "Ready"
+	DependencyAtZero       DependencyState = "AtZero"
+	DependencyWaking       DependencyState = "Waking"
+	DependencyMissing      DependencyState = "Missing"
+	DependencyNotPermitted DependencyState = "NotPermitted"
+)
 
 // HostSource is where one host of an AppRoute came from.
 type HostSource struct {
