@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -41,6 +42,10 @@ type config struct {
 	// as it always did).
 	inFlightHeaders bool
 	hostileStats    string // a hostile /stats answer instead of the app (see hostileModes)
+	// downstream is the base URL of the app this one calls on GET /chain
+	// (a chain of apps, each needing the next); /chain ends the chain
+	// when it is empty.
+	downstream string
 }
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -76,6 +81,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		c.inFlightHeaders = b
 	}
 	fs.BoolVar(&c.inFlightHeaders, "in-flight-headers", c.inFlightHeaders, "say on every response but the ready path's how many requests were in flight when it arrived (X-App-In-Flight) and the most at once so far (X-App-Max-In-Flight) (env IN_FLIGHT_HEADERS)")
+	str(&c.downstream, "downstream", "DOWNSTREAM", "base URL of the app GET /chain calls (its /chain), whose answer follows this pod's name in the answer; a failure of the call answers 502 with the reason")
 	str(&c.hostileStats, "hostile-stats", "HOSTILE_STATS", "serve, on --listen, a hostile answer to every request instead of the app, as a pod that poses as an ebb sidecar would: "+strings.Join(hostileModeNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		problems = append(problems, err)
@@ -88,6 +94,12 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	if !strings.HasPrefix(c.readyPath, "/") {
 		problems = append(problems, fmt.Errorf("--ready-path %q: must start with /", c.readyPath))
+	}
+	if c.downstream != "" {
+		if u, err := url.Parse(c.downstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			problems = append(problems, fmt.Errorf("--downstream %q: want an http:// or https:// URL with a host", c.downstream))
+		}
+		c.downstream = strings.TrimSuffix(c.downstream, "/")
 	}
 	c.name = getenv("POD_NAME")
 	if c.name == "" {
@@ -174,6 +186,7 @@ func newHandler(cfg config) http.Handler {
 	startedHeader := []string{started.Format(time.RFC3339Nano)}
 
 	var load loadMeter
+	chain := chainHandler(cfg.name, cfg.downstream)
 
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -245,6 +258,8 @@ func newHandler(cfg config) http.Handler {
 			serveEcho(w, r)
 		case "/headers":
 			serveHeaders(w, r)
+		case chainPath:
+			chain(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -364,6 +379,48 @@ func serveEcho(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// chainPath answers the pod's name, then, with --downstream, the answer of
+// the downstream app's chainPath: one line per hop, so that a request to
+// the first app of a chain (frontend → api → db) shows which pod served
+// each hop.
+const chainPath = "/chain"
+
+// chainHandler serves chainPath for the pod name, calling downstream (a
+// base URL, or "" at the end of the chain) with one client, built once.
+func chainHandler(name, downstream string) http.HandlerFunc {
+	client := &http.Client{Timeout: 2 * time.Minute}
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = textPlain
+		if downstream == "" {
+			io.WriteString(w, name+"\n")
+			return
+		}
+		fail := func(format string, a ...any) {
+			http.Error(w, name+": downstream "+downstream+chainPath+": "+fmt.Sprintf(format, a...), http.StatusBadGateway)
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, downstream+chainPath, nil)
+		if err != nil {
+			fail("%v", err)
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			fail("%v", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		switch {
+		case err != nil:
+			fail("reading the answer: %v", err)
+		case resp.StatusCode != http.StatusOK:
+			fail("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+		default:
+			io.WriteString(w, name+"\n"+string(b))
 		}
 	}
 }

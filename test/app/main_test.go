@@ -134,6 +134,48 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
+// TestChain: GET /chain on the first app of frontend → api → db answers
+// each hop's pod name, in order; when a downstream fails (gone, or not
+// answering 200) the app that called it answers 502 naming the downstream
+// and why, and so does every app before it.
+func TestChain(t *testing.T) {
+	db, stopDB, dbDone := startApp(t, config{readyPath: "/healthz", name: "db-1"})
+	api, _, _ := startApp(t, config{readyPath: "/healthz", name: "api-1", downstream: "http://" + db})
+	frontend, _, _ := startApp(t, config{readyPath: "/healthz", name: "frontend-1", downstream: "http://" + api})
+	if code, b := body(t, http.DefaultClient, "http://"+frontend+"/chain"); code != 200 || b != "frontend-1\napi-1\ndb-1\n" {
+		t.Errorf("/chain: %d %q, want 200 with every hop", code, b)
+	}
+	if code, b := body(t, http.DefaultClient, "http://"+db+"/chain"); code != 200 || b != "db-1\n" {
+		t.Errorf("/chain at the end of the chain: %d %q", code, b)
+	}
+
+	notFound, _, _ := startApp(t, config{readyPath: "/healthz", name: "x-1", downstream: "http://" + db + "/elsewhere"})
+	code, b := body(t, http.DefaultClient, "http://"+notFound+"/chain")
+	if want := "x-1: downstream http://" + db + "/elsewhere/chain: 404 Not Found: 404 page not found\n"; code != http.StatusBadGateway || b != want {
+		t.Errorf("/chain with a downstream answering 404: %d %q, want 502 %q", code, b, want)
+	}
+
+	stopDB()
+	if err := <-dbDone; err != nil {
+		t.Fatal(err)
+	}
+	code, b = body(t, http.DefaultClient, "http://"+frontend+"/chain")
+	if want := "frontend-1: downstream http://" + api + "/chain: 502 Bad Gateway: api-1: downstream http://" + db + "/chain: "; code != http.StatusBadGateway ||
+		!strings.HasPrefix(b, want) || !strings.Contains(b, "connection refused") {
+		t.Errorf("/chain with db gone: %d %q, want 502 %q… connection refused", code, b, want)
+	}
+
+	for _, bad := range []string{"api:80", "ftp://api", "http://"} {
+		if _, err := parseConfig([]string{"--downstream", bad}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "--downstream") {
+			t.Errorf("--downstream %q: error %v, want one naming the flag", bad, err)
+		}
+	}
+	c, err := parseConfig(nil, func(k string) string { return map[string]string{"DOWNSTREAM": "http://api.shop.svc.cluster.local/"}[k] })
+	if err != nil || c.downstream != "http://api.shop.svc.cluster.local" {
+		t.Errorf("DOWNSTREAM: %q, %v", c.downstream, err)
+	}
+}
+
 func TestGracefulShutdown(t *testing.T) {
 	addr, cancel, done := startApp(t, config{readyPath: "/healthz", name: "x"})
 	conn, err := net.Dial("tcp", addr)
