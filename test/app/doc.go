@@ -11,6 +11,9 @@
 // /headers, /inflight (the requests in flight now, the most at once and the
 // total, the ready path and itself not counted; with
 // --in-flight-headers/IN_FLIGHT_HEADERS=true every other response says
-// X-App-In-Flight on arrival and X-App-Max-In-Flight). gRPC: Health.Check with metadata "ebb-echo: v" answers with
+// X-App-In-Flight on arrival and X-App-Max-In-Flight), /chain (the pod's
+// name, then, with --downstream/DOWNSTREAM=<base URL>, that app's /chain
+// answer: one line per hop of a chain of apps; 502 naming the downstream
+// and why when it fails). gRPC: Health.Check with metadata "ebb-echo: v" answers with
 // trailer "ebb-echo: v". SIGTERM shuts down gracefully.
 package main
