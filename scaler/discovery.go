@@ -40,6 +40,10 @@ func podInfoFrom(p *corev1.Pod, appLabel string) podInfo {
 		uid:     p.UID,
 		app:     appKey{Namespace: p.Namespace, Name: p.Labels[appLabel]},
 		running: p.Status.Phase == corev1.PodRunning,
+		// A pod being deleted is on its way out: its app no longer keeps
+		// the apps it needs up (a dependent scaled to zero terminates
+		// for its grace period while still Running).
+		live: p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning),
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

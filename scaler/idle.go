@@ -30,6 +30,13 @@ const (
 	ReasonRequestsHeld     = "RequestsHeld"
 	ReasonRequestsInFlight = "RequestsInFlight"
 	ReasonRecentRequests   = "RecentRequests"
+	// ReasonNeededByDependents: an app whose AppRoute's spec.wakes names
+	// this one has a live pod, so this one stays active (Idle False).
+	ReasonNeededByDependents = "NeededByDependents"
+	// ReasonKeptUpByAnotherTrigger: ebb sees no requests (Idle True), but
+	// KEDA holds the app's ScaledObject active through another of its
+	// triggers (cron for warm hours), so the app stays up all the same.
+	ReasonKeptUpByAnotherTrigger = "KeptUpByAnotherTrigger"
 )
 
 // withoutABreak marks the message of requests in flight for a while: the
@@ -63,6 +70,10 @@ func idleOf(p params, f figures) Idleness {
 		return Idleness{Idle: false, Reason: ReasonRecentRequests, Message: fmt.Sprintf("%d request(s) in the last %s (the rate window): the app is idle once %s pass without one.", f.inWindow, p.window, p.window)}
 	case p.activation == 0 && f.released:
 		return Idleness{Idle: false, Reason: ReasonRecentRequests, Message: fmt.Sprintf("requests left the activator's hold in the last %s (the rate window): the app is idle once %s pass without one.", p.window, p.window)}
+	case f.kept.live > 0:
+		return Idleness{Idle: false, Reason: ReasonNeededByDependents, Message: f.kept.message()}
+	case f.trigger != nil:
+		return Idleness{Idle: true, Reason: ReasonKeptUpByAnotherTrigger, Message: fmt.Sprintf("ebb sees no requests; the ScaledObject %s keeps the app up through another trigger (%s).", f.trigger.scaledObject, strings.Join(f.trigger.types, ", "))}
 	case p.activation > 0 && f.concurrency() > 0:
 		return Idleness{Idle: true, Reason: ReasonBelowActivation, Message: fmt.Sprintf("concurrency %d is not above activationConcurrency %v: KEDA may scale the app to zero.", f.concurrency(), p.activation)}
 	default:
@@ -234,11 +245,7 @@ func (w *idleStatus) due(p params, now time.Time) *metav1.Condition {
 	if rt == nil {
 		return nil
 	}
-	var f figures
-	if a := w.s.reg.lookup(p.app); a != nil {
-		f = a.figures(now, p.window)
-	}
-	want := idleOf(p, f)
+	want := idleOf(p, w.s.figuresOf(p, now))
 	cond := &metav1.Condition{Type: routingv1alpha1.ConditionIdle, Status: metav1.ConditionFalse, Reason: want.Reason, Message: want.Message, ObservedGeneration: rt.Generation, LastTransitionTime: metav1.NewTime(now)}
 	if want.Idle {
 		cond.Status = metav1.ConditionTrue

@@ -12,6 +12,8 @@ func TestIdleOf(t *testing.T) {
 	app := appKey{Namespace: "shop", Name: "hello"}
 	def := params{app: app, window: time.Minute}
 	withActivation := params{app: app, window: time.Minute, activation: 5}
+	frontend := keep{by: appKey{Namespace: "shop", Name: "frontend"}, live: 1}
+	cron := &otherTrigger{scaledObject: "hello", types: []string{"cron"}}
 	for name, tc := range map[string]struct {
 		p        params
 		f        figures
@@ -29,6 +31,13 @@ func TestIdleOf(t *testing.T) {
 		"below the activation":       {withActivation, figures{inFlight: 5, inWindow: 70}, ReasonBelowActivation, "concurrency 5 is not above activationConcurrency 5"},
 		"above the activation":       {withActivation, figures{inFlight: 6}, ReasonRequestsInFlight, "6 request(s) in flight"},
 		"recent, with an activation": {withActivation, figures{inWindow: 7}, ReasonNoRequests, "no request in flight or held"},
+		"needed by a dependent":      {def, figures{kept: frontend}, ReasonNeededByDependents, "kept up by shop/frontend, which needs it (1 live pod)"},
+		"needed by several":          {withActivation, figures{inFlight: 2, kept: keep{by: frontend.by, live: 3, others: 2}}, ReasonNeededByDependents, "(3 live pods), and by 2 other app(s) that need it"},
+		"its own requests first":     {def, figures{inWindow: 1, kept: frontend}, ReasonRecentRequests, "1 request(s) in the last"},
+		"cron keeps it up":           {def, figures{trigger: cron}, ReasonKeptUpByAnotherTrigger, "ebb sees no requests; the ScaledObject hello keeps the app up through another trigger (cron)."},
+		"cron, below the activation": {withActivation, figures{inFlight: 1, trigger: cron}, ReasonKeptUpByAnotherTrigger, "through another trigger (cron)"},
+		"cron, and requests":         {def, figures{inFlight: 1, trigger: cron}, ReasonRequestsInFlight, "1 request(s) in flight"},
+		"cron, and a dependent":      {def, figures{kept: frontend, trigger: cron}, ReasonNeededByDependents, "kept up by shop/frontend"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := idleOf(tc.p, tc.f)

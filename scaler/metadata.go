@@ -51,6 +51,10 @@ type params struct {
 	target     float64
 	window     time.Duration
 	activation float64
+
+	// scaledObject names the ScaledObject that asked (in app's
+	// namespace); set by the service, not from the metadata.
+	scaledObject string
 }
 
 // metricName is stable and distinct per app and kind; KEDA prefixes it with
@@ -58,13 +62,16 @@ type params struct {
 func (p params) metricName() string { return "ebb-" + p.kind.String() + "-" + p.app.Name }
 
 // active is the activation rule: an app with a pod the scaler cannot see
-// (no sidecar) is always active; otherwise it is active while its
+// (no sidecar) is always active, and so is an app that an app with a live
+// pod needs (figures.kept); otherwise it is active while its
 // concurrency exceeds activationConcurrency or, when that is 0 (the default),
 // while any request was counted or left the activators' hold within the
 // window (figures.released).
 func (p params) active(f figures) bool {
 	switch {
 	case f.bypassedPods > 0:
+		return true
+	case f.kept.live > 0: // an app that needs this one has a live pod (Scaler.keptUp)
 		return true
 	case float64(f.concurrency()) > p.activation:
 		return true

@@ -96,6 +96,8 @@ func TestActiveRule(t *testing.T) {
 		"below activation":                   {params{activation: 5}, figures{inFlight: 3, held: 2}, false},
 		"above activation":                   {params{activation: 5}, figures{inFlight: 3, held: 3}, true},
 		"window ignored with activation > 0": {params{activation: 5}, figures{inWindow: 1000}, false},
+		"needed by a live dependent":         {params{activation: 5}, figures{kept: keep{live: 1}}, true},
+		"another trigger: not ebb's to say":  {params{}, figures{trigger: &otherTrigger{types: []string{"cron"}}}, false},
 	} {
 		if got := tc.p.active(tc.f); got != tc.want {
 			t.Errorf("%s: active = %v, want %v", name, got, tc.want)

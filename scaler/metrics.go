@@ -173,6 +173,7 @@ func (s *Scaler) appStatuses(now time.Time, window time.Duration) []AppStatus {
 
 func (s *Scaler) appStatus(k appKey, f figures, now time.Time, window time.Duration) AppStatus {
 	p := params{app: k, kind: kindRate, window: window}
+	f.kept = s.keptUp(k)
 	return AppStatus{
 		Namespace: k.Namespace, App: k.Name,
 		Concurrency: f.concurrency(), InFlight: f.inFlight, Held: f.held,
@@ -190,11 +191,7 @@ func (s *Scaler) appStatus(k appKey, f figures, now time.Time, window time.Durat
 // idleOf is k's Idleness under what its ScaledObject asked.
 func (s *Scaler) idleOf(k appKey, now time.Time) Idleness {
 	p, _ := s.asked.get(k, now)
-	var f figures
-	if a := s.reg.lookup(k); a != nil {
-		f = a.figures(now, p.window)
-	}
-	return idleOf(p, f)
+	return idleOf(p, s.figuresOf(p, now))
 }
 
 func busyFor(f figures) string {

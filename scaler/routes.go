@@ -27,7 +27,8 @@ type route struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta // Name, Namespace, ResourceVersion, Generation only
 
-	idle *metav1.Condition // nil: the AppRoute has none
+	idle  *metav1.Condition // nil: the AppRoute has none
+	wakes []appKey          // spec.wakes: the apps it needs (indexed by wakesIndex)
 }
 
 // DeepCopyObject makes route a runtime.Object for the informer's store.
@@ -38,6 +39,7 @@ func (r *route) DeepCopyObject() runtime.Object {
 		c := *r.idle
 		out.idle = &c
 	}
+	out.wakes = append([]appKey(nil), r.wakes...)
 	return out
 }
 
@@ -48,6 +50,21 @@ func slimRoute(obj any) (any, error) {
 		return obj, nil // a DeletedFinalStateUnknown, or a route already
 	}
 	r := &route{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration(), UID: u.GetUID()}}
+	wakes, _, _ := unstructured.NestedSlice(u.Object, "spec", "wakes")
+	for _, w := range wakes {
+		m, ok := w.(map[string]any)
+		if !ok {
+			continue
+		}
+		name, _ := m["app"].(string)
+		ns, _ := m["namespace"].(string)
+		if ns == "" {
+			ns = r.Namespace // the webhook always fills it; an older one may not
+		}
+		if name != "" {
+			r.wakes = append(r.wakes, appKey{Namespace: ns, Name: name})
+		}
+	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
@@ -72,7 +89,7 @@ type routes struct {
 
 func newRoutes(dyn dynamic.Interface, names groupsuffix.Names) *routes {
 	inf := dynamicinformer.NewFilteredDynamicInformer(dyn, routingv1alpha1.GroupVersionResource(names.Group()), metav1.NamespaceAll, 0,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, wakesIndex: wakesIndexFunc}, nil).Informer()
 	_ = inf.SetTransform(slimRoute) // fails only once started
 	return &routes{inf: inf}
 }

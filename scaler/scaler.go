@@ -35,15 +35,16 @@ import (
 
 // Scaler is one ebb-scaler: its listeners are bound by New, Run serves.
 type Scaler struct {
-	opts      Options
-	log       logr.Logger
-	names     groupsuffix.Names
-	client    kubernetes.Interface
-	routes    *routeCheck
-	appRoutes *routes // nil without an API server
-	refusals  *refusals
-	asked     asked       // what ScaledObjects asked, per app
-	idle      *idleStatus // nil without an API server
+	opts       Options
+	log        logr.Logger
+	names      groupsuffix.Names
+	client     kubernetes.Interface
+	routes     *routeCheck
+	appRoutes  *routes // nil without an API server
+	refusals   *refusals
+	asked      asked              // what ScaledObjects asked, per app
+	idle       *idleStatus        // nil without an API server
+	scaledObjs *scaledObjectCache // nil without an API server
 
 	reg       *registry
 	hold      *holdpush.Server
@@ -94,6 +95,7 @@ func New(opts Options) (*Scaler, error) {
 	if dyn != nil {
 		s.appRoutes = newRoutes(dyn, s.names)
 		s.idle = newIdleStatus(s, dyn, s.appRoutes, s.names, s.log.WithName("idle"))
+		s.scaledObjs = newScaledObjectCache(dyn)
 	}
 	s.routes = newRouteCheck(s.appRoutes, s.names, s.log.WithName("routes"))
 	s.refusals = newRefusals(client, dyn, s.log.WithName("refusals"))
@@ -202,6 +204,9 @@ func (s *Scaler) Run(ctx context.Context) error {
 	})
 	if s.appRoutes != nil {
 		go s.appRoutes.run(gctx)
+	}
+	if s.scaledObjs != nil {
+		go s.scaledObjs.run(gctx)
 	}
 	g.Go(func() error {
 		if err := s.discover(gctx, s.client); err != nil {

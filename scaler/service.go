@@ -45,6 +45,7 @@ func (v *service) checked(ref *externalscaler.ScaledObjectRef) (params, error) {
 			return params{}, err
 		}
 	}
+	p.scaledObject = ref.GetName()
 	v.s.asked.set(p)
 	return p, nil
 }
@@ -52,11 +53,7 @@ func (v *service) checked(ref *externalscaler.ScaledObjectRef) (params, error) {
 // figures returns the app's figures; an app the scaler has never seen (no
 // pod, nothing held) has all zeros.
 func (v *service) figures(p params, now time.Time) figures {
-	a := v.s.reg.lookup(p.app)
-	if a == nil {
-		return figures{}
-	}
-	return a.figures(now, p.window)
+	return v.s.figuresOf(p, now)
 }
 
 func (v *service) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
@@ -81,8 +78,14 @@ func (v *service) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grp
 	defer v.s.metrics.streams.Dec()
 	sent, last := false, false
 	for {
+		// Read before a.mu: keptUp takes the registry's lock. The tick
+		// wakes the stream each second, so a dependent's pods that come
+		// or go are seen within a tick.
+		kept := v.s.keptUp(p.app)
 		a.mu.Lock()
-		active := p.active(a.figuresLocked(time.Now(), p.window))
+		f := a.figuresLocked(time.Now(), p.window)
+		f.kept = kept
+		active := p.active(f)
 		changed := a.changed
 		a.mu.Unlock()
 		if !sent || active != last {

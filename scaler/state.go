@@ -39,6 +39,7 @@ type app struct {
 
 	// guarded by registry.mu (write lock)
 	refs int // pods that name this app
+	live int // of them, pods that are not terminating, Pending or Running: the app is up or coming up (see Scaler.keptUp)
 
 	mu           sync.Mutex
 	inFlight     int64         // Σ sidecar in-flight at the last tick
@@ -91,6 +92,7 @@ type pod struct {
 	sidecar   bool
 	running   bool
 	ready     bool
+	live      bool // podInfo.live
 	fromZero  bool // every request the sidecar counted is new to the scaler
 	removed   atomic.Bool
 	readState readState
@@ -133,6 +135,7 @@ type podInfo struct {
 	sidecar  bool
 	running  bool
 	ready    bool
+	live     bool   // not terminating, Pending or Running
 	url      string // set when sidecar && running && IP known
 	hostport string
 }
@@ -147,10 +150,11 @@ func (r *registry) upsert(in podInfo, initial bool, now time.Time) (newlyBypasse
 	old := r.pods[in.key]
 	newlyBypassed = in.running && !in.sidecar && (old == nil || !old.running || old.sidecar)
 	if old != nil && old.app.key == in.app && old.url == in.url {
-		old.sidecar, old.running, old.ready = in.sidecar, in.running, in.ready
+		old.app.live += b2i(in.live) - b2i(old.live)
+		old.sidecar, old.running, old.ready, old.live = in.sidecar, in.running, in.ready, in.live
 		return newlyBypassed
 	}
-	p := &pod{key: in.key, uid: in.uid, url: in.url, seen: now, sidecar: in.sidecar, running: in.running, ready: in.ready}
+	p := &pod{key: in.key, uid: in.uid, url: in.url, seen: now, sidecar: in.sidecar, running: in.running, ready: in.ready, live: in.live}
 	if in.url != "" {
 		p.conn = newStatsConn(in.hostport, sidecarapi.StatsPath)
 	}
@@ -169,6 +173,7 @@ func (r *registry) upsert(in podInfo, initial bool, now time.Time) (newlyBypasse
 		r.apps[in.app] = a
 	}
 	a.refs++
+	a.live += b2i(in.live)
 	p.app = a
 	r.pods[in.key] = p
 	r.dirty = true
@@ -189,6 +194,7 @@ func (r *registry) removeLocked(p *pod) {
 		r.retired = append(r.retired, p)
 	}
 	p.app.refs--
+	p.app.live -= b2i(p.live)
 	delete(r.pods, p.key)
 	r.dirty = true
 }
@@ -241,6 +247,23 @@ func (r *registry) readable() []*pod {
 		r.targets, r.dirty = t, false
 	}
 	return r.targets
+}
+
+// livePods returns how many of k's pods are live (podInfo.live).
+func (r *registry) livePods(k appKey) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if a := r.apps[k]; a != nil {
+		return a.live
+	}
+	return 0
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // lookup returns the app or nil.
@@ -401,6 +424,13 @@ type figures struct {
 	// gone) is a request within the window all the same. Not in inWindow:
 	// the sidecar counts it too, so the rate would count it twice.
 	released bool
+
+	// Set by Scaler.figuresOf, not by the app's own figures: the apps
+	// that need this one and have a live pod (they keep it active), and
+	// the ScaledObject that keeps it up through another trigger (the Idle
+	// condition's reason only: ebb's own answer is not changed by it).
+	kept    keep
+	trigger *otherTrigger
 }
 
 func (a *app) figures(now time.Time, window time.Duration) figures {
