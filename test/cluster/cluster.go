@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -64,6 +65,10 @@ type Options struct {
 	// providers, after the Gateway API CRDs (bin/gateway-api-crds); see
 	// traefik.go for what it is given.
 	Traefik bool
+	// Workers installs the tests' own Worker CRD (test/workers: a
+	// PodSpecable kind with the scale subresource) and runs its controller
+	// in this process until Stop (workers.go).
+	Workers bool
 }
 
 // Cluster is a running local cluster. Build it with Start; Stop it always.
@@ -111,6 +116,7 @@ type Cluster struct {
 	etcdData string
 
 	kedaMetricsService string
+	stopWorkers        func() // Options.Workers
 	// resolvConf makes the programs that run on the node outside any pod
 	// resolve Service names through the cluster DNS (startWithClusterDNS).
 	resolvConf string
@@ -272,6 +278,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return c, err
 		}
 	}
+	if opts.Workers {
+		if err := c.startWorkers(); err != nil {
+			return c, err
+		}
+	}
 	logf("local cluster ready in %s (logs in %s)", time.Since(c.started).Round(time.Millisecond), filepath.Join(c.Dir, "logs"))
 	return c, nil
 }
@@ -344,11 +355,13 @@ func (c *Cluster) writePKI() (pkiPaths, error) {
 	return p, nil
 }
 
-// freePorts are n ports for the cluster's programs to listen on. On the
-// host, ports free on loopback now (the kernel's ephemeral range); in a
-// cluster's own network namespace, the next ports of a range below the
-// ephemeral one, which nothing else there uses: a port picked as free on
-// the host could be some program's outgoing connection in the namespace.
+// freePorts are n ports for the cluster's programs to listen on: on the
+// host, ports free now below the kernel's ephemeral range; in a cluster's
+// own network namespace, the next ports of a range below the ephemeral one,
+// which nothing else there uses. Never a port of the ephemeral range: one
+// picked as free there can be some program's outgoing connection by the
+// time the cluster's program binds it (Traefik's metrics listener failed on
+// that in make test, with the unit tests' envtest servers running beside).
 func (c *Cluster) freePorts(n int) ([]int, error) {
 	if c.plan.netns != "" {
 		ports := make([]int, n)
@@ -361,7 +374,28 @@ func (c *Cluster) freePorts(n int) ([]int, error) {
 	return freePorts(n)
 }
 
+// lowestEphemeralPort is the start of the kernel's ephemeral port range.
+func lowestEphemeralPort() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil || low <= 10000 {
+		return 32768
+	}
+	return low
+}
+
+// freePorts picks n ports at random in [10000, the ephemeral range's
+// start) that nothing listens on, on any address, now.
 func freePorts(n int) ([]int, error) {
+	const lowest = 10000
+	high := lowestEphemeralPort()
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {
@@ -369,13 +403,17 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("no %d free ports in [%d, %d) after %d tries", n, lowest, high, tries)
+		}
+		port := lowest + rand.IntN(high-lowest)
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(port))
 		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
+			continue
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }
@@ -603,6 +641,9 @@ func (c *Cluster) Stop() {
 		return
 	}
 	c.stopped = true
+	if c.stopWorkers != nil {
+		c.stopWorkers()
+	}
 	// The kubelet first, so that it restarts no container; then the pods'
 	// processes, which outlive containerd in their shims.
 	for _, name := range []string{"traefik", "keda-adapter", "keda-operator", "kubelet"} {
