@@ -46,27 +46,36 @@ const readmeTraefikSection = "\n## Behind an ingress or Gateway\n"
 // as a user copies them.
 func traefikExamples(t *testing.T) map[string]string {
 	t.Helper()
+	return readmeExamples(t, readmeTraefikSection, "Ingress", "HTTPRoute")
+}
+
+// readmeExamples returns the first YAML blocks of the README's section
+// under heading ("\n## Title\n"), one per kind in the order given, by kind,
+// each checked to hold an object of its kind, as a user copies them.
+func readmeExamples(t *testing.T, heading string, kinds ...string) map[string]string {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repo.MustRoot(t), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), readmeTraefikSection)
+	title := strings.TrimSpace(heading)
+	_, section, ok := strings.Cut(string(b), heading)
 	if !ok {
-		t.Fatalf("README.md has no section %q", strings.TrimSpace(readmeTraefikSection))
+		t.Fatalf("README.md has no section %q", title)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	out := map[string]string{}
-	for _, kind := range []string{"Ingress", "HTTPRoute"} {
+	for _, kind := range kinds {
 		_, after, ok := strings.Cut(section, "```yaml\n")
 		if !ok {
-			t.Fatalf("README.md's section %q has no YAML block for the %s", strings.TrimSpace(readmeTraefikSection), kind)
+			t.Fatalf("README.md's section %q has no YAML block for the %s", title, kind)
 		}
 		block, rest, ok := strings.Cut(after, "```")
 		if !ok {
 			t.Fatalf("README.md's %s block does not end", kind)
 		}
 		if !strings.Contains(block, "\nkind: "+kind+"\n") {
-			t.Fatalf("README.md's section %q: its YAML block %d is not the %s:\n%s", strings.TrimSpace(readmeTraefikSection), len(out)+1, kind, block)
+			t.Fatalf("README.md's section %q: its YAML block %d is not the %s:\n%s", title, len(out)+1, kind, block)
 		}
 		out[kind], section = block, rest
 	}
