@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,7 +45,19 @@ func fleetAPI(t *testing.T) *rest.Config {
 	if assets == "" {
 		assets = filepath.Join(repo.MustRoot(t), "bin", "k8s") // make tools puts them there
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{filepath.Join(repo.MustRoot(t), "config", "crd")}, ErrorIfCRDPathMissing: true}
+	// KEDA's module is in the module cache: the scaler imports its
+	// externalscaler package.
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kedacore/keda/v2").Output()
+	if err != nil {
+		t.Fatalf("find KEDA's module for its ScaledObject CRD: %v", err)
+	}
+	keda := strings.TrimSpace(string(out))
+	// The CRDs the scaler reads, as in a cluster: AppRoutes and KEDA's
+	// ScaledObjects (watched for the Idle condition, scaledobjects.go).
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
+		filepath.Join(repo.MustRoot(t), "config", "crd", "routing.ebb.dev_approutes.yaml"),
+		filepath.Join(keda, "config", "crd", "bases", "keda.sh_scaledobjects.yaml"),
+	}}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start kube-apiserver (envtest): %v", err)
