@@ -297,6 +297,7 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 			}
 		}
 		rt.Value.Static, rt.Value.Page = s.compiled(r)
+		rt.Value.Wakes = wakesOf(r)
 		if f := r.Spec.Fallback; f != nil && f.Name != "" {
 			if why := s.fallbackLoops(ctx, r, appServices); why != "" {
 				s.refuseFallback(key, why)

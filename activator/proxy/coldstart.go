@@ -21,6 +21,7 @@ const (
 	markScheduled        // it was bound to a node
 	markStarted          // its containers were started
 	markReady            // its sidecar answered ready (or its endpoint turned ready)
+	markDeps             // every app of its wakes' closure had a ready endpoint (deps.go)
 	markFirstByte        // the first response byte forwarded to a held request
 	nMarks
 )
@@ -37,7 +38,12 @@ const (
 // being PhaseNames[i-1]. They are the values of the phase label of
 // ebb_activator_cold_start_phase_seconds and the names in an AppRoute's
 // status.lastColdStart.
-var PhaseNames = [nMarks - 1]string{"ScalerTold", "Scaled", "PodCreated", "PodScheduled", "ContainersStarted", "SidecarReady", "FirstByte"}
+//
+// Dependencies is the wait on the app's dependencies (its AppRoute's
+// spec.wakes, transitively) beyond its own readiness, plus, for
+// wakeOrder Ordered, the wait before the app itself was told to a
+// scaler (taken from ScalerTold); 0 for an app without wakes.
+var PhaseNames = [nMarks - 1]string{"ScalerTold", "Scaled", "PodCreated", "PodScheduled", "ContainersStarted", "SidecarReady", "Dependencies", "FirstByte"}
 
 // marks are the moments a cold start was seen to reach each mark; zero
 // when not (yet) seen.
@@ -45,7 +51,10 @@ type marks [nMarks]time.Time
 
 // coldStart is a cold start under way. Guarded by its app's mu.
 type coldStart struct {
-	m      marks
+	m marks
+	// gate is when Ordered let the app's own hold be told to the scalers,
+	// its dependencies up; zero when it never waited for that.
+	gate   time.Time
 	cancel context.CancelFunc // stops watching the Deployment and its pods
 }
 
@@ -61,6 +70,11 @@ func (m *marks) mark(i int, t time.Time) {
 // one before it or after the one after it. m[markHeld] and m[markFirstByte]
 // must be set.
 func (m marks) resolve() marks {
+	if m[markDeps].IsZero() || m[markDeps].Before(m[markReady]) {
+		// Not seen (an app without wakes), or its dependencies were up
+		// before it: nothing was waited for beyond the app's readiness.
+		m[markDeps] = m[markReady]
+	}
 	for i := nMarks - 2; i > markHeld; i-- {
 		if m[i].IsZero() || m[i].After(m[i+1]) {
 			m[i] = m[i+1]
@@ -189,11 +203,19 @@ func (rt *Router) firstByte(a *app, t time.Time) {
 		return
 	}
 	cs.m[markFirstByte] = t
-	m := cs.m.resolve()
+	m, gate := cs.m.resolve(), cs.gate
 	a.lastMarks = m
 	a.endColdStart()
 	a.mu.Unlock()
 	rec := ColdStartRecord{Namespace: a.key.Namespace, App: a.key.Name, Began: m[markHeld], Phases: m.phases(m[markHeld])}
+	if !gate.IsZero() {
+		// Ordered: the hold before the app itself was told waited on its
+		// dependencies, not on the scaler.
+		told := &rec.Phases[markTold-1]
+		d := min(max(gate.Sub(m[markHeld]), 0), *told)
+		*told -= d
+		rec.Phases[markDeps-1] += d
+	}
 	rt.opts.Metrics.observePhases(&rec.Phases)
 	if rt.opts.OnColdStart != nil {
 		rt.opts.OnColdStart(rec)

@@ -30,16 +30,22 @@ func TestMarksResolve(t *testing.T) {
 	}{
 		"every mark, in order": {
 			map[int]int{markHeld: 0, markTold: 2, markScaled: 30, markCreated: 35, markScheduled: 40, markStarted: 140, markReady: 190, markFirstByte: 200},
-			[nMarks - 1]int{2, 28, 5, 5, 100, 50, 10}},
+			[nMarks - 1]int{2, 28, 5, 5, 100, 50, 0, 10}},
 		"marks not seen last 0": {
 			map[int]int{markHeld: 0, markTold: 2, markStarted: 140, markReady: 190, markFirstByte: 200},
-			[nMarks - 1]int{2, 138, 0, 0, 0, 50, 10}},
+			[nMarks - 1]int{2, 138, 0, 0, 0, 50, 0, 10}},
 		"a mark seen late (watch lag) does not go past the next": {
 			map[int]int{markHeld: 0, markTold: 2, markScaled: 60, markCreated: 35, markScheduled: 40, markStarted: 140, markReady: 190, markFirstByte: 200},
-			[nMarks - 1]int{2, 33, 0, 5, 100, 50, 10}},
+			[nMarks - 1]int{2, 33, 0, 5, 100, 50, 0, 10}},
 		"a mark seen after the first byte": {
 			map[int]int{markHeld: 0, markTold: 2, markStarted: 400, markReady: 190, markFirstByte: 200},
-			[nMarks - 1]int{2, 188, 0, 0, 0, 0, 10}},
+			[nMarks - 1]int{2, 188, 0, 0, 0, 0, 0, 10}},
+		"dependencies up after the app": {
+			map[int]int{markHeld: 0, markTold: 2, markStarted: 140, markReady: 150, markDeps: 190, markFirstByte: 200},
+			[nMarks - 1]int{2, 138, 0, 0, 0, 10, 40, 10}},
+		"dependencies up before the app": {
+			map[int]int{markHeld: 0, markTold: 2, markStarted: 140, markDeps: 100, markReady: 190, markFirstByte: 200},
+			[nMarks - 1]int{2, 138, 0, 0, 0, 50, 0, 10}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var m marks

@@ -146,7 +146,7 @@ func (rt *Router) holdH1(cc *h1.Conn, rq *h1.Request, a *app, again *parked) boo
 	if again != nil {
 		start, deadline, timeout = again.start, again.deadline, again.timeout
 		if !deadline.After(now) {
-			msg := timedOutMsg(a, now.Sub(start), timeout)
+			msg := rt.timedOutMsg(a, now.Sub(start), timeout)
 			if cfg.Fallback != "" {
 				return rt.fallbackH1(cc, rq, a, http.StatusGatewayTimeout, "", msg, rt.opts.Metrics.countTimeout)
 			}
@@ -170,11 +170,6 @@ func (rt *Router) holdH1(cc *h1.Conn, rq *h1.Request, a *app, again *parked) boo
 		return cc.Answer(http.StatusServiceUnavailable, header, msg)
 	}
 	return cc.Park(func(hp *h1.Parked) { rt.parkConn(hp, a, start, deadline, timeout, size) })
-}
-
-// timedOutMsg is the 504 answer to a request to a held waited for.
-func timedOutMsg(a *app, waited, timeout time.Duration) string {
-	return fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)\n", a.key, waited.Round(time.Millisecond), timeout)
 }
 
 // parkConn keeps the request the engine parked, hp.
@@ -278,7 +273,7 @@ func (pk *parking) expire() {
 	pk.mu.Unlock()
 	for _, p := range due {
 		pk.router.leave(p.a)
-		pk.resume(p, timedOut, timedOutMsg(p.a, now.Sub(p.start), p.timeout))
+		pk.resume(p, timedOut, pk.router.timedOutMsg(p.a, now.Sub(p.start), p.timeout))
 	}
 }
 
@@ -289,7 +284,7 @@ func (rt *Router) releaseParked(a *app) {
 	var v verdict
 	var msg string
 	switch {
-	case a.pick() != nil:
+	case a.pick() != nil && !a.depsWait.Load():
 		v = released
 	case a.gone.Load():
 		v, msg = routeGone, fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key)
@@ -371,7 +366,7 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
 	a, heldAt := p.a, p.start
 	up := a.pick()
-	if up == nil {
+	if up == nil || a.depsWait.Load() {
 		if a.gone.Load() {
 			return cc.Answer(http.StatusServiceUnavailable, "", fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key))
 		}

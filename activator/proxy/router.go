@@ -61,6 +61,10 @@ type AppConfig struct {
 	// Deployment is the app's Deployment (its AppRoute's scaleTargetRef),
 	// watched during a cold start; empty for other kinds.
 	Deployment string
+	// Wakes are the apps this app needs up before its held requests go
+	// (spec.wakes, spec.wakeOrder); nil: none. SetRoutes keeps the
+	// pointer it has when the content is the same.
+	Wakes *Wakes
 }
 
 // Page is a route's own placeholder page.
@@ -208,6 +212,8 @@ type Router struct {
 
 	mu   sync.Mutex // guards apps; taken by writers only
 	apps map[routing.Key]*app
+
+	deps depState // deps.go
 }
 
 // NewRouter returns a Router with an empty routing table.
@@ -333,6 +339,9 @@ type app struct {
 	eps  atomic.Pointer[endpointSet]
 	rr   atomic.Uint64
 	gone atomic.Bool // its AppRoute was deleted
+	// depsWait is set while its held requests wait on a dependency
+	// (deps.go): a ready pod of its own does not release them.
+	depsWait atomic.Bool
 
 	mu        sync.Mutex
 	held      int64
@@ -344,6 +353,8 @@ type app struct {
 	probing   bool
 	probed    map[string]bool // addresses a probe found ready
 	all       []Endpoint      // as last set
+	depHeld   int64           // dependents waiting on it (deps.go)
+	gated     bool            // Ordered: its own hold is not told yet
 }
 
 type endpointSet struct {
@@ -373,6 +384,9 @@ func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cl
 	for _, r := range routes {
 		a := rt.getApp(r.Key)
 		cfg := r.Value
+		if old := a.cfg.Load(); old.Wakes != nil && cfg.Wakes != nil && old.Wakes.equal(cfg.Wakes) {
+			cfg.Wakes = old.Wakes
+		}
 		if old := a.cfg.Load(); *old != cfg {
 			a.cfg.Store(&cfg)
 		}
@@ -397,6 +411,9 @@ func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cl
 		if idle {
 			delete(rt.apps, k)
 		}
+	}
+	if rt.deps.nWaiting.Load() > 0 {
+		rt.kickDeps() // a dependency's AppRoute may have come or gone
 	}
 	for _, c := range t.Conflicts {
 		rt.opts.Log.V(1).Info("a host an AppRoute claims is not routed to it", "host", c.Host, "prefix", c.Prefix, "reason", c.Reason, "winner", c.Winner.String(), "loser", c.Loser.String())
@@ -489,6 +506,9 @@ func (rt *Router) rebuildLocked(a *app) {
 	}
 	close(a.wake)
 	a.wake = make(chan struct{})
+	if rt.deps.nWaiting.Load() > 0 {
+		rt.kickDeps() // a may be a dependency of an app holding requests
+	}
 }
 
 func (a *app) broadcast() {
@@ -532,7 +552,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if up != nil {
+	if up != nil && !a.depsWait.Load() {
 		rt.opts.Metrics.proxied.Inc()
 		r.Header.Del(FallbackHopHeader)
 		w, r, cancel := rt.withTimeouts(w, r, a)
@@ -636,7 +656,10 @@ func (rt *Router) admit(a *app, limit int, now time.Time) admission {
 		rt.holding.Add(1)
 	}
 	a.held++
-	rt.opts.Pusher.Set(a.push, a.held)
+	if a.held == 1 && a.cfg.Load().Wakes != nil {
+		rt.waitOn(a)
+	}
+	rt.opts.Pusher.Set(a.push, a.pushCountLocked())
 	rt.opts.Metrics.setHeldLocked(a)
 	if a.coldSince.IsZero() {
 		a.coldSince = now
@@ -656,8 +679,9 @@ func (rt *Router) leave(a *app) {
 	rt.held.Add(-1)
 	if a.held == 0 {
 		rt.holding.Add(-1)
+		rt.stopWaiting(a)
 	}
-	rt.opts.Pusher.Set(a.push, a.held)
+	rt.opts.Pusher.Set(a.push, a.pushCountLocked())
 	rt.opts.Metrics.setHeldLocked(a)
 	if a.held == 0 && len(a.eps.Load().ready) == 0 {
 		a.coldSince = time.Time{} // nobody waits any more: this cold start is over
@@ -728,7 +752,7 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		a.mu.Lock()
 		wake := a.wake
 		a.mu.Unlock()
-		if up := a.pick(); up != nil {
+		if up := a.pick(); up != nil && !a.depsWait.Load() {
 			rt.leave(a)
 			rt.opts.Metrics.released.Inc()
 			r.Header.Del(FallbackHopHeader)
@@ -744,7 +768,7 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		case <-wake:
 		case <-timer.C:
 			rt.leave(a)
-			msg := fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)", a.key, time.Since(start).Round(time.Millisecond), timeout)
+			msg := strings.TrimSuffix(rt.timedOutMsg(a, time.Since(start), timeout), "\n")
 			if a.cfg.Load().Fallback != "" {
 				rt.fallbackHTTP(w, r, a, http.StatusGatewayTimeout, "", msg, rt.opts.Metrics.countTimeout)
 				return

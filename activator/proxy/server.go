@@ -121,7 +121,7 @@ func (s *Server) ServeRequest(cc *h1.Conn, rq *h1.Request) bool {
 			return cc.AnswerWith(rule.Status, rule.AppendResponse)
 		}
 	}
-	if up == nil {
+	if up == nil || a.depsWait.Load() {
 		return s.router.holdH1(cc, rq, a, nil)
 	}
 	s.router.opts.Metrics.proxied.Inc()

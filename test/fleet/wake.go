@@ -42,7 +42,7 @@ type Wake struct {
 // tables show its Scaled phase on a row of its own.
 var EbbPhases = []string{
 	proxy.PhaseNames[0],                       // ScalerTold
-	proxy.PhaseNames[len(proxy.PhaseNames)-2], // SidecarReady
+	proxy.PhaseNames[len(proxy.PhaseNames)-3], // SidecarReady (Dependencies, next, waits on other apps' cold starts)
 	proxy.PhaseNames[len(proxy.PhaseNames)-1], // FirstByte
 }
 

@@ -1,0 +1,311 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ebb-dev/ebb/internal/holdpush"
+	"github.com/ebb-dev/ebb/internal/routing"
+	"github.com/ebb-dev/ebb/internal/testwait"
+)
+
+// keyedPusher is a Pusher that keeps every value pushed, by app.
+type keyedPusher struct {
+	mu   sync.Mutex
+	seen map[routing.Key][]int64
+}
+
+func (p *keyedPusher) Set(a holdpush.App, n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen == nil {
+		p.seen = map[routing.Key][]int64{}
+	}
+	k := routing.Key{Namespace: a.Namespace, Name: a.Name}
+	p.seen[k] = append(p.seen[k], n)
+}
+
+// last is the last count pushed for k, 0 if none.
+func (p *keyedPusher) last(k routing.Key) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v := p.seen[k]; len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return 0
+}
+
+func (p *keyedPusher) values(k routing.Key) []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int64(nil), p.seen[k]...)
+}
+
+var (
+	shopAPI = routing.Key{Namespace: "shop", Name: "api"}
+	dataDB  = routing.Key{Namespace: "data", Name: "db"}
+)
+
+// depsRig is a Router behind a real server, with routes: shop/hello on
+// hello.test, and others on <name>.test.
+func depsRig(t *testing.T, opts RouterOptions, cfgs map[routing.Key]AppConfig) (*Router, string, *keyedPusher) {
+	t.Helper()
+	p := &keyedPusher{}
+	opts.Pusher = p
+	rt := NewRouter(opts)
+	var routes []routing.Route[AppConfig]
+	for k, cfg := range cfgs {
+		routes = append(routes, routing.Route[AppConfig]{Key: k, Hosts: []string{k.Name + ".test"}, Value: cfg})
+	}
+	rt.SetRoutes(routes, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	ds := NewServer(rt, srv)
+	go ds.Serve(ln)
+	t.Cleanup(func() { ds.Close() })
+	t.Cleanup(rt.Close)
+	return rt, "http://" + ln.Addr().String(), p
+}
+
+type reply struct {
+	code int
+	body string
+}
+
+func holdOne(t *testing.T, url, host string) chan reply {
+	done := make(chan reply, 1)
+	go func() {
+		code, _, body := do(t, t.Context(), url, host)
+		done <- reply{code, body}
+	}()
+	return done
+}
+
+func stillHeld(t *testing.T, done chan reply, why string) {
+	t.Helper()
+	select {
+	case r := <-done:
+		t.Fatalf("answered %d %q %s", r.code, r.body, why)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func pushedWait(t *testing.T, p *keyedPusher, k routing.Key, want int64) {
+	t.Helper()
+	testwait.For(t, 5*time.Second, k.String()+" pushed "+string(rune('0'+want)), func() bool { return p.last(k) == want })
+}
+
+// TestDependencyTogether: a request to an app that wakes another (in
+// another namespace) tells the scalers both are held at once, is released
+// only once the dependency has a ready endpoint too, and the
+// dependency's hold drops with the release; the cold start has a
+// Dependencies phase as long as the wait beyond the app's own readiness.
+func TestDependencyTogether(t *testing.T) {
+	var mu sync.Mutex
+	var records []ColdStartRecord
+	rt, url, p := depsRig(t, RouterOptions{OnColdStart: func(r ColdStartRecord) {
+		mu.Lock()
+		records = append(records, r)
+		mu.Unlock()
+	}}, map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{dataDB}}},
+		dataDB:    {},
+	})
+	done := holdOne(t, url, "hello.test")
+	waitHeld(t, rt, 1)
+	pushedWait(t, p, shopHello, 1)
+	pushedWait(t, p, dataDB, 1)
+
+	readyAt := time.Now()
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	stillHeld(t, done, "while its dependency data/db had no ready endpoint")
+	rt.SetEndpoints(dataDB, []Endpoint{{Addr: testApp(t, "db"), Ready: true}})
+	if r := <-done; r.code != 200 || r.body != "a hello.test" {
+		t.Fatalf("released: %d %q", r.code, r.body)
+	}
+	pushedWait(t, p, dataDB, 0)
+	pushedWait(t, p, shopHello, 0)
+
+	testwait.For(t, 5*time.Second, "the cold start recorded", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(records) == 1
+	})
+	deps := records[0].Phases[markDeps-1]
+	if PhaseNames[markDeps-1] != "Dependencies" || deps < 90*time.Millisecond || deps > time.Since(readyAt) {
+		t.Errorf("phase %s lasted %v, want the 100 ms or so the request waited on data/db", PhaseNames[markDeps-1], deps)
+	}
+
+	// Warm now: a new request goes straight to the app, nothing pushed.
+	before := len(p.values(shopHello))
+	if code, _, body := do(t, t.Context(), url, "hello.test"); code != 200 || body != "a hello.test" {
+		t.Errorf("warm: %d %q", code, body)
+	}
+	if got := len(p.values(shopHello)); got != before {
+		t.Errorf("a warm request was held: %v", p.values(shopHello))
+	}
+}
+
+// TestDependencyOrdered: hello wakes api Ordered, api wakes db: db is told
+// first, api once db is ready, hello's own hold once api is ready; the
+// wait before hello was told is in the Dependencies phase.
+func TestDependencyOrdered(t *testing.T) {
+	var mu sync.Mutex
+	var records []ColdStartRecord
+	rt, url, p := depsRig(t, RouterOptions{OnColdStart: func(r ColdStartRecord) {
+		mu.Lock()
+		records = append(records, r)
+		mu.Unlock()
+	}}, map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{shopAPI}, Ordered: true}},
+		shopAPI:   {Wakes: &Wakes{Apps: []routing.Key{dataDB}}},
+		dataDB:    {},
+	})
+	done := holdOne(t, url, "hello.test")
+	waitHeld(t, rt, 1)
+	pushedWait(t, p, dataDB, 1)
+	time.Sleep(50 * time.Millisecond)
+	if p.last(shopAPI) != 0 || p.last(shopHello) != 0 {
+		t.Fatalf("api %v and hello %v told before db was ready", p.values(shopAPI), p.values(shopHello))
+	}
+	rt.SetEndpoints(dataDB, []Endpoint{{Addr: testApp(t, "db"), Ready: true}})
+	pushedWait(t, p, shopAPI, 1)
+	time.Sleep(50 * time.Millisecond)
+	if p.last(shopHello) != 0 {
+		t.Fatalf("hello told before api was ready: %v", p.values(shopHello))
+	}
+	rt.SetEndpoints(shopAPI, []Endpoint{{Addr: testApp(t, "api"), Ready: true}})
+	pushedWait(t, p, shopHello, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	if r := <-done; r.code != 200 {
+		t.Fatalf("released: %d %q", r.code, r.body)
+	}
+	pushedWait(t, p, dataDB, 0)
+	pushedWait(t, p, shopAPI, 0)
+	testwait.For(t, 5*time.Second, "the cold start recorded", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(records) == 1
+	})
+	if deps := records[0].Phases[markDeps-1]; deps < 100*time.Millisecond {
+		t.Errorf("Dependencies lasted %v, want the 100 ms and more hello waited before it was told", deps)
+	}
+}
+
+// TestDependencyTimeoutNamesIt: a dependency with no AppRoute does not
+// hold the request forever: at the cold-start timeout its answer names it.
+func TestDependencyTimeoutNamesIt(t *testing.T) {
+	rt, url, _ := depsRig(t, RouterOptions{ColdStartTimeout: 300 * time.Millisecond}, map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{dataDB}}},
+	})
+	done := holdOne(t, url, "hello.test")
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	r := <-done
+	code, body := r.code, r.body
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "dependency data/db, which has no AppRoute") {
+		t.Errorf("got %d %q, want 504 naming data/db", code, body)
+	}
+	waitHeld(t, rt, 0)
+	if rt.deps.nWaiting.Load() != 0 {
+		t.Errorf("%d apps still wait on dependencies", rt.deps.nWaiting.Load())
+	}
+}
+
+// TestDependencyCycle: two AppRoutes that wake each other (two
+// RoutePolicies created at once) neither loop nor deadlock, Together or
+// Ordered.
+func TestDependencyCycle(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		rt, url, p := depsRig(t, RouterOptions{}, map[routing.Key]AppConfig{
+			shopHello: {Wakes: &Wakes{Apps: []routing.Key{shopAPI}, Ordered: ordered}},
+			shopAPI:   {Wakes: &Wakes{Apps: []routing.Key{shopHello}, Ordered: ordered}},
+		})
+		done := holdOne(t, url, "hello.test")
+		waitHeld(t, rt, 1)
+		pushedWait(t, p, shopAPI, 1)
+		rt.SetEndpoints(shopAPI, []Endpoint{{Addr: testApp(t, "api"), Ready: true}})
+		pushedWait(t, p, shopHello, 1)
+		rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+		if r := <-done; r.code != 200 {
+			t.Fatalf("ordered %v: %d %q", ordered, r.code, r.body)
+		}
+	}
+}
+
+// TestNoWakesUnchanged: an app without wakes pushes its own count only,
+// as before, and starts no dependency work.
+func TestNoWakesUnchanged(t *testing.T) {
+	rt, url, p := depsRig(t, RouterOptions{}, map[routing.Key]AppConfig{shopHello: {}, dataDB: {}})
+	done := holdOne(t, url, "hello.test")
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	if r := <-done; r.code != 200 {
+		t.Fatalf("%d %q", r.code, r.body)
+	}
+	if got := p.values(shopHello); len(got) != 2 || got[0] != 1 || got[1] != 0 {
+		t.Errorf("pushed %v, want [1 0]", got)
+	}
+	if got := p.values(dataDB); len(got) != 0 {
+		t.Errorf("data/db pushed %v", got)
+	}
+	if rt.deps.running.Load() || rt.deps.waiting != nil || rt.deps.touched != nil {
+		t.Error("an app without wakes started dependency work")
+	}
+}
+
+// TestDependencyTogetherH2C: a request net/http holds (h2c) waits on the
+// dependency as a parked one does, and its timeout names it.
+func TestDependencyTogetherH2C(t *testing.T) {
+	rt, url, p := depsRig(t, RouterOptions{ColdStartTimeout: 2 * time.Second}, map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{dataDB}}},
+		dataDB:    {},
+	})
+	get := func() chan reply {
+		done := make(chan reply, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+			req.Host = "hello.test"
+			resp, err := h2cClient(t).Do(req)
+			if err != nil {
+				done <- reply{0, err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			done <- reply{resp.StatusCode, string(b)}
+		}()
+		return done
+	}
+	done := get()
+	waitHeld(t, rt, 1)
+	pushedWait(t, p, dataDB, 1)
+	app := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "a %s", r.Host)
+	}))
+	app.Config.Protocols = new(http.Protocols)
+	app.Config.Protocols.SetHTTP1(true)
+	app.Config.Protocols.SetUnencryptedHTTP2(true)
+	app.Start()
+	t.Cleanup(app.Close)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: strings.TrimPrefix(app.URL, "http://"), Ready: true}})
+	stillHeld(t, done, "while its dependency data/db had no ready endpoint")
+	rt.SetEndpoints(dataDB, []Endpoint{{Addr: testApp(t, "db"), Ready: true}})
+	if r := <-done; r.code != 200 || r.body != "a hello.test" {
+		t.Fatalf("released: %d %q", r.code, r.body)
+	}
+	pushedWait(t, p, dataDB, 0)
+}
