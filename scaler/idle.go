@@ -278,7 +278,9 @@ func (w *idleStatus) due(p params, now time.Time) *metav1.Condition {
 // is written: an app under steady traffic has a request in flight at one
 // tick and none at the next, and its Idle condition would swing between
 // RequestsInFlight and RecentRequests, a write each (a fleet's warm apps
-// wrote about once every two minutes each).
+// wrote about once every two minutes each). NeededByDependents is busy
+// alike: a dependency under activationConcurrency swings between it and
+// RequestsInFlight as its dependents' calls come and go.
 const reasonSettle = 30 * time.Second
 
 // settled reports whether the change of app's Idle condition from old to
@@ -287,7 +289,7 @@ const reasonSettle = 30 * time.Second
 // once k has lasted reasonSettle.
 func (w *idleStatus) settled(app appKey, old, k condKind, now time.Time) bool {
 	busy := func(c condKind) bool {
-		return c.status == metav1.ConditionFalse && (c.reason == ReasonRequestsInFlight || c.reason == ReasonRecentRequests)
+		return c.status == metav1.ConditionFalse && (c.reason == ReasonRequestsInFlight || c.reason == ReasonRecentRequests || c.reason == ReasonNeededByDependents)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -83,6 +83,7 @@ func TestBusyReasonSettles(t *testing.T) {
 	recent := condKind{status: metav1.ConditionFalse, reason: ReasonRecentRequests}
 	long := condKind{status: metav1.ConditionFalse, reason: ReasonRequestsInFlight, withoutABreak: true}
 	idle := condKind{status: metav1.ConditionTrue, reason: ReasonNoRequests}
+	needed := condKind{status: metav1.ConditionFalse, reason: ReasonNeededByDependents}
 	t0 := time.Now()
 	steps := []struct {
 		old, k condKind
@@ -98,6 +99,12 @@ func TestBusyReasonSettles(t *testing.T) {
 		{inFlight, long, 0, true}, // a long-lived request: at once
 		{idle, inFlight, 0, true}, // idle → busy: at once
 		{inFlight, idle, 0, true}, // busy → idle: at once
+		// A dependency under activationConcurrency: its dependents' calls
+		// in flight at one tick, none at the next.
+		{needed, inFlight, 100 * time.Second, false},
+		{needed, inFlight, 100*time.Second + reasonSettle, true},
+		{idle, needed, 0, true}, // idle → needed: at once
+		{needed, idle, 0, true}, // needed → idle (its last dependent gone): at once
 	}
 	for i, s := range steps {
 		if s.old == s.k {
