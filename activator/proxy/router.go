@@ -656,7 +656,9 @@ func (rt *Router) admit(a *app, limit int, now time.Time) admission {
 		rt.holding.Add(1)
 	}
 	a.held++
-	if a.held == 1 && a.cfg.Load().Wakes != nil {
+	if w := a.cfg.Load().Wakes; a.held == 1 && w != nil {
+		// Ordered: not told before the recompute has seen what it needs up.
+		a.gated = w.Ordered
 		rt.waitOn(a)
 	}
 	rt.opts.Pusher.Set(a.push, a.pushCountLocked())
