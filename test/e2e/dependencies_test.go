@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -231,6 +233,56 @@ func checkDependenciesPhase(t *testing.T, c *chain, r install.Result) time.Durat
 	return deps
 }
 
+// scalerIdleSampler reads, every 250 ms until stopped, what the release's
+// scalers say keeps an app active (GET /apps/<ns>/<app> on each scaler
+// pod's admin port, its "idle"), and keeps each distinct reason and
+// message, in the order first seen. The Idle condition is written from the
+// same verdict, but a busy app's change of reason only once it has lasted
+// a while, and KEDA is told it at once.
+type scalerIdleSampler struct {
+	seen []string // read after stop
+	stop func()
+}
+
+func sampleScalerIdle(ctx context.Context, ns, app string) *scalerIdleSampler {
+	s := &scalerIdleSampler{}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.stop = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		client := &http.Client{Timeout: time.Second}
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			pods, _ := lc.Client.CoreV1().Pods(ebb.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ebb-scaler,app.kubernetes.io/instance=" + ebb.Name})
+			for _, p := range pods.Items {
+				var st struct {
+					Idle struct {
+						Idle            bool
+						Reason, Message string
+					}
+				}
+				resp, err := client.Get(fmt.Sprintf("http://%s:8080/apps/%s/%s", p.Status.PodIP, ns, app))
+				if err != nil {
+					continue
+				}
+				err = json.NewDecoder(resp.Body).Decode(&st)
+				resp.Body.Close()
+				if line := fmt.Sprintf("idle %v %s: %s", st.Idle.Idle, st.Idle.Reason, st.Idle.Message); err == nil && !slices.Contains(s.seen, line) {
+					s.seen = append(s.seen, line)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
 // serveFromZero applies the README's policies to c with wakeOrder order,
 // sends one request to frontend with the chain at zero, and checks that
 // every hop is served, that frontend's last cold start has the
@@ -255,11 +307,13 @@ func serveFromZero(t *testing.T, c *chain, order routingv1alpha1.WakeOrder) (map
 
 // scaleDown records, from the moment the chain serves and gets no more
 // traffic, when each app of the chain reaches replicas=0 (on watches), and
-// samples api's and db's Idle condition every second meanwhile.
+// samples api's and db's Idle condition (every second) and the scalers'
+// verdict (every 250 ms) meanwhile.
 type scaleDown struct {
 	c      *chain
 	begin  time.Time
 	idle   map[string]*idleSampler
+	scaler map[string]*scalerIdleSampler
 	mu     sync.Mutex
 	atZero map[string]time.Duration
 	errs   []error
@@ -270,7 +324,8 @@ type scaleDown struct {
 // answer.
 func watchScaleDown(ctx context.Context, c *chain) *scaleDown {
 	d := &scaleDown{c: c, begin: time.Now(), atZero: map[string]time.Duration{},
-		idle: map[string]*idleSampler{"api": sampleIdle(ctx, c.ns, "api"), "db": sampleIdle(ctx, c.ns, "db")}}
+		idle:   map[string]*idleSampler{"api": sampleIdle(ctx, c.ns, "api"), "db": sampleIdle(ctx, c.ns, "db")},
+		scaler: map[string]*scalerIdleSampler{"api": sampleScalerIdle(ctx, c.ns, "api"), "db": sampleScalerIdle(ctx, c.ns, "db")}}
 	for _, name := range chainApps {
 		d.wg.Go(func() {
 			err := lc.WaitReplicas(ctx, c.ns, name, 0, 3*time.Minute)
@@ -288,13 +343,14 @@ func watchScaleDown(ctx context.Context, c *chain) *scaleDown {
 
 // check waits until every app of the chain is at zero, and checks that
 // they reached replicas=0 in reverse order of need (frontend first, db
-// last) and that the Idle condition of api and of db said, meanwhile,
-// which app kept it up.
+// last) and that the scalers said of api and of db, meanwhile, which app
+// kept it up.
 func (d *scaleDown) check(t *testing.T) {
 	t.Helper()
 	d.wg.Wait()
-	for _, s := range d.idle {
-		s.stop()
+	for app := range d.idle {
+		d.idle[app].stop()
+		d.scaler[app].stop()
 	}
 	if err := errors.Join(d.errs...); err != nil {
 		t.Fatal(err)
@@ -306,12 +362,17 @@ func (d *scaleDown) check(t *testing.T) {
 		t.Errorf("the chain went to zero out of order: frontend +%s, api +%s, db +%s; want frontend first, db last", at["frontend"], at["api"], at["db"])
 	}
 	for app, by := range map[string]string{"api": "frontend", "db": "api"} {
-		samples := d.idle[app].notIdle
 		want := "NeededByDependents: kept up by " + d.c.ns + "/" + by + ", which needs it"
-		if i := slices.IndexFunc(samples, func(l string) bool { return strings.Contains(l, want) }); i < 0 {
-			t.Errorf("%s's Idle never said %q while the chain went down; its samples that were not Idle True:\n%s", app, want, strings.Join(samples, "\n"))
+		said := func(l string) bool { return strings.Contains(l, want) }
+		if i := slices.IndexFunc(d.scaler[app].seen, said); i < 0 {
+			t.Errorf("the scalers never said %q of %s while the chain went down; they said:\n%s", want, app, strings.Join(d.scaler[app].seen, "\n"))
 		} else {
-			t.Logf("%s's Idle while %s was up: %s", app, by, samples[i])
+			t.Logf("the scalers of %s while %s was up: %s", app, by, d.scaler[app].seen[i])
+		}
+		if i := slices.IndexFunc(d.idle[app].notIdle, said); i >= 0 {
+			t.Logf("%s's Idle condition: %s", app, d.idle[app].notIdle[i])
+		} else {
+			t.Logf("%s's Idle condition did not say so (sampled every second); when it was not True it said:\n%s", app, strings.Join(d.idle[app].notIdle, "\n"))
 		}
 	}
 	for _, a := range d.c.each() {
@@ -337,7 +398,9 @@ func (d *scaleDown) check(t *testing.T) {
 //     frontend only after api's (the Deployments' replicas and the apps'
 //     first answers, watched and polled every 5 ms);
 //   - once traffic stops they reach replicas=0 in reverse order (frontend,
-//     api, db), api's and db's Idle naming the app that kept them up.
+//     api, db), the scalers' Idle verdict of api and db (GET /apps, what
+//     KEDA is told) naming the app that kept each up; what their Idle
+//     condition said meanwhile is logged.
 //
 // Then the figure: cold starts of the chain (Together, Ordered, and
 // without wakes) and of one app, interleaved, medians over 3 rounds
@@ -477,7 +540,8 @@ func dependencyChainFigure(t *testing.T, solo *install.AppAtZero, chains map[str
 }
 
 // TestDependencyCycleRefused: with the README's two RoutePolicies
-// (frontend wakes api, api wakes db) applied, a RoutePolicy for db that
+// (frontend wakes api, api wakes db) applied and seen by the webhook, a
+// RoutePolicy for db that
 // wakes frontend closes a cycle: the API server refuses it with the
 // webhook's message naming the cycle, as the README quotes it, and the
 // policy is not created.
@@ -490,6 +554,22 @@ func TestDependencyCycleRefused(t *testing.T) {
 	}
 	if _, err := install.Apply(ctx, lc, dependencyPolicies(t, ns, routingv1alpha1.WakeTogether)); err != nil {
 		t.Fatal(err)
+	}
+	// The webhook has seen both (it has written their Accepted condition,
+	// False here: their apps do not exist): a policy applied later is
+	// checked against them at admission. Two policies applied at once are
+	// checked against each other only after admission (Accepted False).
+	for _, name := range []string{"frontend", "api"} {
+		if err := cluster.WaitFor(ctx, 30*time.Second, "RoutePolicy "+ns+"/"+name+"'s Accepted condition", func(ctx context.Context) (bool, error) {
+			p, err := ebb.RoutePolicy(ctx, lc, ns, name)
+			if err != nil {
+				return false, nil
+			}
+			c := apimeta.FindStatusCondition(p.Status.Conditions, routingv1alpha1.ConditionAccepted)
+			return c != nil && c.ObservedGeneration == p.Generation, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	db := &routingv1alpha1.RoutePolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
