@@ -1,11 +1,14 @@
 package webhook
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,6 +16,7 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
@@ -26,8 +30,10 @@ import (
 // ConfigMaps only their metadata without annotations (the controllers
 // watch them so, and read a placeholder's page from the API server: see
 // policies).
-// Every informer's watch errors go to gw (gatewayAPI.watchError).
-func cacheOptions(names groupsuffix.Names, gw *gatewayAPI) (cache.Options, error) {
+// Of the objects of the --scale-targets kinds (targets), only what the
+// controller reads of a workload (workload.SlimUnstructured).
+// Every informer's watch errors go to apis (optionalAPIs.watchError).
+func cacheOptions(names groupsuffix.Names, apis optionalAPIs, targets []schema.GroupResource) (cache.Options, error) {
 	app, err := labels.NewRequirement(names.AppLabel(), selection.Exists, nil)
 	if err != nil {
 		return cache.Options{}, err
@@ -36,8 +42,13 @@ func cacheOptions(names groupsuffix.Names, gw *gatewayAPI) (cache.Options, error
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.NewSelector().Add(*app), Transform: podTransform},
 		},
-		DefaultTransform:         stripTransform,
-		DefaultWatchErrorHandler: gw.watchError,
+		DefaultTransform: func(o any) (any, error) {
+			if u, ok := o.(*unstructured.Unstructured); ok && slices.ContainsFunc(targets, func(gr schema.GroupResource) bool { return gr.Group == u.GroupVersionKind().Group }) {
+				return workload.SlimUnstructured(u), nil
+			}
+			return stripTransform(o)
+		},
+		DefaultWatchErrorHandler: apis.watchError,
 	}, nil
 }
 

@@ -36,6 +36,7 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/routing"
+	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
@@ -92,6 +93,8 @@ type routeReconciler struct {
 	recorder events.EventRecorder
 	log      logr.Logger
 	keda     keda
+	// workloads reads the workloads of every kind routed.
+	workloads *workloads
 	// skipped is, per AppRoute, what its last HostsSkipped event said
 	// (types.NamespacedName → string): the event is sent when that
 	// changes, not at each reconcile.
@@ -107,7 +110,8 @@ const appIndex = "ebb.spec.template.metadata.labels.app"
 const routeWorkers = 4
 
 func newRouteReconciler(rts *routes, recorder events.EventRecorder, log logr.Logger) *routeReconciler {
-	return &routeReconciler{routes: rts, recorder: recorder, log: log, keda: keda{resync: make(chan event.GenericEvent)}}
+	return &routeReconciler{routes: rts, recorder: recorder, log: log, keda: keda{resync: make(chan event.GenericEvent)},
+		workloads: &workloads{names: rts.names, client: rts.client, cache: rts.cache, log: log}}
 }
 
 func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
@@ -121,32 +125,20 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err := (&policyReconciler{policies: r.routes.policies, client: mgr.GetClient(), log: r.log.WithName("routepolicy")}).setup(mgr); err != nil {
 		return fmt.Errorf("set up RoutePolicy controller: %w", err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &appsv1.Deployment{}, appIndex, func(o client.Object) []string {
-		d, ok := o.(*appsv1.Deployment)
-		if !ok {
-			return nil
-		}
-		if app, ok := d.Spec.Template.Labels[names.AppLabel()]; ok {
-			return []string{app}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index Deployments by %s: %w", names.AppLabel(), err)
+	if err := indexWorkloads(ctx, mgr, names); err != nil {
+		return err
 	}
 	// Deployment status changes (replica counts) do not change the route.
 	specChanged := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	ctl, err := ctrl.NewControllerManagedBy(mgr).
 		Named("approute_"+strings.NewReplacer(".", "_", "-", "_").Replace(names.Suffix())).
 		For(&appsv1.Deployment{}, specChanged).
-		// Another Deployment claiming the same app name may win or lose the
-		// AppRoute when this one changes or goes.
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			app, ok := o.(*appsv1.Deployment).Spec.Template.Labels[names.AppLabel()]
-			if !ok {
-				return nil
-			}
-			return r.claimants(ctx, o.GetNamespace(), app, o.GetName())
-		}), specChanged).
+		// Another workload claiming the same app name may win or lose the
+		// AppRoute when this one changes or goes. StatefulSets come only
+		// so (their requests name their kind: workloadRequest), and the
+		// listed custom kinds once served (watchCustomKinds).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.workloadClaimants), specChanged).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.workloadClaimants), specChanged).
 		Watches(&routingv1alpha1.AppRoute{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			route, ok := o.(*routingv1alpha1.AppRoute)
 			if !ok {
@@ -157,8 +149,8 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 			reqs = append(reqs, r.enqueueRoutes(ctx, route.Namespace, nil, func(other *routingv1alpha1.AppRoute, _ client.Object) bool {
 				return other.Name != route.Name && meta.FindStatusCondition(other.Status.Conditions, routingv1alpha1.ConditionFallbackReady) != nil
 			})...)
-			if route.Spec.ScaleTargetRef.Name != "" {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: route.Namespace, Name: route.Spec.ScaleTargetRef.Name}})
+			if req, ok := targetRequest(route); ok {
+				reqs = append(reqs, req)
 			}
 			return reqs
 			// Only a route's spec (its hosts, paths, Service) or its coming
@@ -239,6 +231,9 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err := r.watchScaledObjects(mgr, ctl); err != nil {
 		return err
 	}
+	if err := r.watchCustomKinds(ctx, mgr, ctl); err != nil {
+		return err
+	}
 	return r.watchHTTPRoutes(ctx, mgr, ctl)
 }
 
@@ -275,38 +270,27 @@ func podLive(p *corev1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// claimants are the Deployments of namespace whose pod template names app,
-// except the one named except.
+// claimants are the workloads of namespace, of any kind, whose pod
+// template names app, but the one whose request name (workloadRequest) is
+// except.
 func (r *routeReconciler) claimants(ctx context.Context, namespace, app, except string) []reconcile.Request {
-	var list appsv1.DeploymentList
-	if err := r.routes.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{appIndex: app}, client.UnsafeDisableDeepCopy); err != nil {
-		r.log.Error(err, "list Deployments by app", "namespace", namespace, "app", app)
+	wls, err := r.workloads.list(ctx, namespace, app)
+	if err != nil {
+		r.log.Error(err, "list workloads by app", "namespace", namespace, "app", app)
 		return nil
 	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		if list.Items[i].Name != except {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: list.Items[i].Name}})
-		}
-	}
-	return reqs
+	return requests(wls, except)
 }
 
-// appsInNamespace are the Deployments of namespace (every namespace when
+// appsInNamespace are the workloads of namespace (every namespace when
 // it is "") whose pod template carries this instance's app label.
 func (r *routeReconciler) appsInNamespace(ctx context.Context, namespace string) []reconcile.Request {
-	var list appsv1.DeploymentList
-	if err := r.routes.client.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
-		r.log.Error(err, "list Deployments", "namespace", namespace)
+	wls, err := r.workloads.list(ctx, namespace, "")
+	if err != nil {
+		r.log.Error(err, "list workloads", "namespace", namespace)
 		return nil
 	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		if _, ok := list.Items[i].Spec.Template.Labels[r.routes.names.AppLabel()]; ok {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
-		}
-	}
-	return reqs
+	return requests(wls, "")
 }
 
 // sharingHosts are the Deployments of the other AppRoutes, in any
@@ -352,11 +336,11 @@ func (r *routeReconciler) routesMatching(ctx context.Context, except *routingv1a
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		o := &list.Items[i]
-		if except != nil && o.Namespace == except.Namespace && o.Name == except.Name || o.Spec.ScaleTargetRef.Name == "" {
+		if except != nil && o.Namespace == except.Namespace && o.Name == except.Name {
 			continue
 		}
-		if match(o) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Spec.ScaleTargetRef.Name}})
+		if req, ok := targetRequest(o); ok && match(o) {
+			reqs = append(reqs, req)
 		}
 	}
 	return reqs
@@ -439,20 +423,20 @@ func (r *routeReconciler) domainClaims(ctx context.Context) (routing.Claims, err
 }
 
 // podsInjected is the PodsInjected condition of route: whether every live
-// pod of its Deployment runs the sidecar. The pods come from the manager's
+// pod of its workload runs the sidecar. The pods come from the manager's
 // cache, which holds the pods labelled <suffix>/app (the template of a
-// Deployment this instance routes has the label, so its pods do too) and
+// workload this instance routes has the label, so its pods do too) and
 // whose watch brings a reconcile when one changes (podInjectionChanged).
-func (r *routeReconciler) podsInjected(ctx context.Context, route *routingv1alpha1.AppRoute, d *appsv1.Deployment) (metav1.Condition, error) {
+func (r *routeReconciler) podsInjected(ctx context.Context, route *routingv1alpha1.AppRoute, w *workload.Workload) (metav1.Condition, error) {
 	cond := metav1.Condition{Type: routingv1alpha1.ConditionPodsInjected, ObservedGeneration: route.Generation,
 		Status: metav1.ConditionTrue, Reason: "AllInjected", Message: "every pod of the app runs the ebb sidecar"}
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	sel, err := metav1.LabelSelectorAsSelector(w.Selector)
 	if err != nil || sel.Empty() {
-		return cond, nil // the API server refuses such Deployments
+		return cond, nil // the API server refuses such Deployments and StatefulSets
 	}
 	var pods corev1.PodList
-	if err := r.routes.client.List(ctx, &pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
-		return cond, fmt.Errorf("list pods of Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	if err := r.routes.client.List(ctx, &pods, client.InNamespace(w.Namespace()), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+		return cond, fmt.Errorf("list pods of %s in %s: %w", w.Ref(), w.Namespace(), err)
 	}
 	live, without := 0, 0
 	for i := range pods.Items {
@@ -468,8 +452,8 @@ func (r *routeReconciler) podsInjected(ctx context.Context, route *routingv1alph
 	if without > 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, "PodsWithoutSidecar"
 		cond.Message = fmt.Sprintf("%d of %d pods run without the ebb sidecar (they started before the namespace was labelled, or while the webhook was down): "+
-			"ebb cannot count their requests and keeps the app from scaling to zero; restart them: kubectl rollout restart deployment/%s -n %s",
-			without, live, d.Name, d.Namespace)
+			"ebb cannot count their requests and keeps the app from scaling to zero; restart them: %s",
+			without, live, restartHint(w))
 	}
 	return cond, nil
 }
@@ -491,8 +475,8 @@ func (r *routeReconciler) enqueueRoutes(ctx context.Context, ns string, o client
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		route := &list.Items[i]
-		if route.Spec.ScaleTargetRef.Name != "" && (match == nil || match(route, o)) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: route.Spec.ScaleTargetRef.Name}})
+		if req, ok := targetRequest(route); ok && (match == nil || match(route, o)) {
+			reqs = append(reqs, req)
 		}
 	}
 	return reqs
@@ -534,75 +518,80 @@ func (r *routeReconciler) decide(ctx context.Context, nsLabels map[string]string
 	return d, errors.New("injectors left out this instance") // cannot happen: both labels were checked
 }
 
-// winner is the Deployment that gets the AppRoute of app among the
-// Deployments of the namespace this instance routes: the oldest, then by
-// name, so two Deployments with one app name never take it in turns.
-func (r *routeReconciler) winner(ctx context.Context, nsLabels map[string]string, d *appsv1.Deployment, app string) (string, error) {
-	var list appsv1.DeploymentList
-	if err := r.routes.client.List(ctx, &list, client.InNamespace(d.Namespace), client.MatchingFields{appIndex: app}); err != nil {
-		return "", fmt.Errorf("list Deployments of app %s in %s: %w", app, d.Namespace, err)
+// winner is the workload that gets the AppRoute of app among the
+// workloads of any kind in the namespace this instance routes: the oldest,
+// then by kind and name (workload.Older), so two workloads with one app
+// name never take it in turns.
+func (r *routeReconciler) winner(ctx context.Context, nsLabels map[string]string, w *workload.Workload, app string) (*workload.Workload, error) {
+	list, err := r.workloads.list(ctx, w.Namespace(), app)
+	if err != nil {
+		return nil, fmt.Errorf("list the workloads of app %s: %w", app, err)
 	}
-	best := d
-	for i := range list.Items {
-		o := &list.Items[i]
-		if o.UID == d.UID || !older(o, best) {
+	best := w
+	for _, o := range list {
+		if o.Object.GetUID() == w.Object.GetUID() || !workload.Older(o, best) {
 			continue
 		}
-		dec, err := r.decide(ctx, nsLabels, &o.Spec.Template)
+		dec, err := r.decide(ctx, nsLabels, &o.Template)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if dec.routes {
 			best = o
 		}
 	}
-	return best.Name, nil
+	return best, nil
 }
 
-func older(a, b *appsv1.Deployment) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+// restartHint is how to restart w's pods: kubectl rollout restart for the
+// kinds it knows, deleting them for a custom kind (its controller makes
+// them anew).
+func restartHint(w *workload.Workload) string {
+	if w.GVK.Group == "apps" {
+		return fmt.Sprintf("kubectl rollout restart %s -n %s", w.Ref(), w.Namespace())
 	}
-	return a.Name < b.Name
+	return fmt.Sprintf("delete them, and %s makes them anew (kubectl delete pods -n %s -l %s)", w.Ref(), w.Namespace(), metav1.FormatLabelSelector(w.Selector))
 }
 
-// Reconcile handles one Deployment.
+// Reconcile handles one workload: a Deployment, a StatefulSet or an object
+// of a listed custom kind (workloadRequest).
 func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	names := r.routes.names
 	c := r.routes.client
-	var d appsv1.Deployment
-	if err := c.Get(ctx, req.NamespacedName, &d); err != nil {
+	w, err := r.workloads.get(ctx, req)
+	if err != nil || w == nil {
 		// Gone: the garbage collector deletes its AppRoutes.
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		return reconcile.Result{}, err
 	}
-	owned, err := r.ownedRoutes(ctx, &d)
+	d := w.Object // events regard it
+	owned, err := r.ownedRoutes(ctx, d)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if _, ok := d.Spec.Template.Labels[names.AppLabel()]; !ok && len(owned) == 0 {
+	if _, ok := w.Template.Labels[names.AppLabel()]; !ok && len(owned) == 0 {
 		return reconcile.Result{}, nil // not an app of this instance: the common case
 	}
 	var ns corev1.Namespace
-	if err := c.Get(ctx, types.NamespacedName{Name: d.Namespace}, &ns); err != nil {
-		return reconcile.Result{}, fmt.Errorf("get namespace %s: %w", d.Namespace, err)
+	if err := c.Get(ctx, types.NamespacedName{Name: w.Namespace()}, &ns); err != nil {
+		return reconcile.Result{}, fmt.Errorf("get namespace %s: %w", w.Namespace(), err)
 	}
-	dec, err := r.decide(ctx, ns.Labels, &d.Spec.Template)
+	dec, err := r.decide(ctx, ns.Labels, &w.Template)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if !dec.routes {
-		if _, labelled := d.Spec.Template.Labels[names.AppLabel()]; labelled && len(injectors(ns.Labels, d.Spec.Template.Labels)) == 0 {
+		if _, labelled := w.Template.Labels[names.AppLabel()]; labelled && len(injectors(ns.Labels, w.Template.Labels)) == 0 {
 			// No instance selects these pods: the app runs without a sidecar.
-			r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "NamespaceNotOptedIn", "SyncAppRoute",
+			r.recorder.Eventf(d, nil, corev1.EventTypeWarning, "NamespaceNotOptedIn", "SyncAppRoute",
 				"the pod template is labelled %s but namespace %s is not labelled %s=%s: ebb injects no sidecar and routes nothing; label the namespace, then restart the pods",
-				names.AppLabel(), d.Namespace, names.InjectLabel(), groupsuffix.InjectEnabled)
+				names.AppLabel(), w.Namespace(), names.InjectLabel(), groupsuffix.InjectEnabled)
 		}
 		return reconcile.Result{}, r.deleteRoutes(ctx, owned, dec.why)
 	}
 	done := reconcile.Result{}
 
-	app := d.Spec.Template.Labels[names.AppLabel()]
-	winner, err := r.winner(ctx, ns.Labels, &d, app)
+	app := w.Template.Labels[names.AppLabel()]
+	winner, err := r.winner(ctx, ns.Labels, w, app)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -615,21 +604,21 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.deleteRoutes(ctx, stale, "the app was renamed"); err != nil {
 		return reconcile.Result{}, err
 	}
-	if winner != d.Name {
-		// The route, if this Deployment still owns it, passes to the winner
+	if winner != w {
+		// The route, if this workload still owns it, passes to the winner
 		// when the winner's reconcile applies it.
-		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "AppNameTaken", "SyncAppRoute",
-			"AppRoute %s routes Deployment %s, which claimed the app name first; give each Deployment its own %s label value", app, winner, names.AppLabel())
+		r.recorder.Eventf(d, nil, corev1.EventTypeWarning, "AppNameTaken", "SyncAppRoute",
+			"AppRoute %s routes %s, which claimed the app name first; give each workload its own %s label value", app, winner.Ref(), names.AppLabel())
 		return done, nil
 	}
 
-	if unknown := inject.UnknownKeys(&d.Spec.Template.ObjectMeta, names); len(unknown) > 0 {
-		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "UnknownKeys", "SyncAppRoute", "%s", strings.Join(unknown, "; "))
+	if unknown := inject.UnknownKeys(&w.Template.ObjectMeta, names); len(unknown) > 0 {
+		r.recorder.Eventf(d, nil, corev1.EventTypeWarning, "UnknownKeys", "SyncAppRoute", "%s", strings.Join(unknown, "; "))
 	}
-	want, appCfg, svc, report, err := r.routes.desired(ctx, &d)
+	want, appCfg, svc, report, err := r.routes.desired(ctx, w)
 	var refusal *inject.RefusalError
 	if errors.As(err, &refusal) {
-		r.recorder.Eventf(&d, nil, corev1.EventTypeWarning, "InvalidAnnotations", "SyncAppRoute", "%s", refusal.Error())
+		r.recorder.Eventf(d, nil, corev1.EventTypeWarning, "InvalidAnnotations", "SyncAppRoute", "%s", refusal.Error())
 		for i := range owned {
 			if owned[i].Name != app {
 				continue
@@ -651,8 +640,8 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, err
 	}
 	if previous != "" {
-		r.recorder.Eventf(&d, nil, corev1.EventTypeNormal, "AppRouteTakenOver", "SyncAppRoute",
-			"AppRoute %s routed Deployment %s and now routes this one", want.Name, previous)
+		r.recorder.Eventf(d, nil, corev1.EventTypeNormal, "AppRouteTakenOver", "SyncAppRoute",
+			"AppRoute %s routed %s and now routes this one", want.Name, previous)
 	}
 	var current routingv1alpha1.AppRoute
 	if err := c.Get(ctx, client.ObjectKeyFromObject(want), &current); err != nil {
@@ -660,7 +649,7 @@ func (r *routeReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return done, client.IgnoreNotFound(err)
 	}
 	r.reportSkipped(&current, report.skipped)
-	st, err := r.status(ctx, &current, &d, appCfg, svc, report.fallback)
+	st, err := r.status(ctx, &current, w, appCfg, svc, report.fallback)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -712,15 +701,15 @@ func hostPaths(in []routingv1alpha1.HostPaths) []routing.HostPaths {
 	return out
 }
 
-func (r *routeReconciler) ownedRoutes(ctx context.Context, d *appsv1.Deployment) ([]routingv1alpha1.AppRoute, error) {
+func (r *routeReconciler) ownedRoutes(ctx context.Context, d client.Object) ([]routingv1alpha1.AppRoute, error) {
 	var list routingv1alpha1.AppRouteList
-	if err := r.routes.client.List(ctx, &list, client.InNamespace(d.Namespace)); err != nil {
-		return nil, fmt.Errorf("list AppRoutes in %s: %w", d.Namespace, err)
+	if err := r.routes.client.List(ctx, &list, client.InNamespace(d.GetNamespace())); err != nil {
+		return nil, fmt.Errorf("list AppRoutes in %s: %w", d.GetNamespace(), err)
 	}
 	var owned []routingv1alpha1.AppRoute
 	for _, route := range list.Items {
 		for _, ref := range route.OwnerReferences {
-			if ref.UID == d.UID {
+			if ref.UID == d.GetUID() {
 				owned = append(owned, route)
 				break
 			}
@@ -742,7 +731,7 @@ func (r *routeReconciler) deleteRoutes(ctx context.Context, routes []routingv1al
 // status computes the controller's part of the status: Ready and
 // SidecarReachable, ready endpoints and whether the activator is in path.
 // Propagated belongs to the activators and is left alone.
-func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.AppRoute, d *appsv1.Deployment, app inject.App, svc *corev1.Service, fallback *metav1.Condition) (*routingv1alpha1.AppRouteStatus, error) {
+func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.AppRoute, d *workload.Workload, app inject.App, svc *corev1.Service, fallback *metav1.Condition) (*routingv1alpha1.AppRouteStatus, error) {
 	st := route.Status.DeepCopy()
 	st.ObservedGeneration = route.Generation
 	st.ReadyEndpoints, st.ActivatorInPath = 0, false

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -39,8 +38,12 @@ var gatewayCheckInterval = time.Minute
 // httpRouteResource is the HTTPRoutes' resource in discovery.
 const httpRouteResource = "httproutes"
 
-// gatewayAPI is the controller's view of the Gateway API's HTTPRoutes
-// (gateway.networking.k8s.io/v1). Its CRDs are optional: while they are
+// optionalAPI is the controller's view of a resource whose CRD may come
+// and go: the Gateway API's HTTPRoutes (gateway.networking.k8s.io/v1,
+// newGatewayAPI), and each custom workload kind listed in --scale-targets
+// (newScaleTargetAPI). What follows says it of HTTPRoutes; for a workload
+// kind, what is reconciled when it goes is nothing (the garbage collector
+// deletes the AppRoutes its objects owned). Its CRDs are optional: while they are
 // absent nothing reads HTTPRoutes (a watch on a missing API would keep the
 // controller from starting, then fail its lists for good), and every
 // gatewayCheckInterval a discovery request looks again. When HTTPRoutes
@@ -50,7 +53,7 @@ const httpRouteResource = "httproutes"
 // found": that failure (watchError) brings a look at once, which removes
 // the informer and reconciles once more the routes whose hosts came from
 // an HTTPRoute. Like keda, it runs in every replica.
-type gatewayAPI struct {
+type optionalAPI struct {
 	// mu orders reads of HTTPRoutes (read) against the informer's start
 	// and removal (write): a read after the removal must not start an
 	// informer on a missing API through the cache. A read holds it only
@@ -67,6 +70,16 @@ type gatewayAPI struct {
 	// poke brings a look before the next interval (watchError).
 	poke chan struct{}
 
+	// gv and resource are what discovery serves (gv may be filled by
+	// resolve on the first look); kind is the informer's kind, which its
+	// watch errors name; what names it in logs; gone runs when it goes.
+	gv, resource, what string
+	// describes is true of the type description of the resource's
+	// informer (client-go's Reflector.TypeDescription).
+	describes func(string) bool
+	resolve   func() (string, error)
+	gone      func(context.Context)
+
 	discovery discovery.DiscoveryInterface
 	// watch starts the HTTPRoute watch on the controller; unwatch stops
 	// its informer.
@@ -78,10 +91,10 @@ type gatewayAPI struct {
 	log     logr.Logger
 }
 
-var _ manager.LeaderElectionRunnable = (*gatewayAPI)(nil)
+var _ manager.LeaderElectionRunnable = (*optionalAPI)(nil)
 
-// NeedLeaderElection is false: every replica follows the Gateway API.
-func (g *gatewayAPI) NeedLeaderElection() bool { return false }
+// NeedLeaderElection is false: every replica follows the API.
+func (g *optionalAPI) NeedLeaderElection() bool { return false }
 
 // errHTTPRoutesNotSynced: HTTPRoutes are served, and their informer has
 // not synced yet; the reconcile is retried (its first list brings the
@@ -90,7 +103,7 @@ var errHTTPRoutesNotSynced = errors.New("the HTTPRoute informer has not synced y
 
 // read runs fn, which reads HTTPRoutes from the cache, if they are served
 // and their informer has synced; errHTTPRoutesNotSynced if it has not.
-func (g *gatewayAPI) read(ctx context.Context, fn func() error) error {
+func (g *optionalAPI) read(ctx context.Context, fn func() error) error {
 	if g == nil {
 		return nil
 	}
@@ -105,25 +118,32 @@ func (g *gatewayAPI) read(ctx context.Context, fn func() error) error {
 	return fn()
 }
 
-// present asks the API server's discovery whether HTTPRoutes are served.
-func (g *gatewayAPI) present() (bool, error) {
-	list, err := g.discovery.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
+// present asks the API server's discovery whether the resource is served.
+func (g *optionalAPI) present() (bool, error) {
+	if g.gv == "" {
+		gv, err := g.resolve()
+		if gv == "" || err != nil {
+			return false, err
+		}
+		g.gv = gv
+	}
+	list, err := g.discovery.ServerResourcesForGroupVersion(g.gv)
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
 		return false, err
 	}
-	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == httpRouteResource }), nil
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == g.resource }), nil
 }
 
 // look checks discovery once and follows what it says: the watch started
 // when HTTPRoutes appeared, stopped when they went. A discovery error
 // changes nothing.
-func (g *gatewayAPI) look(ctx context.Context) error {
+func (g *optionalAPI) look(ctx context.Context) error {
 	ok, err := g.present()
 	if err != nil {
-		g.log.V(1).Info("cannot look for the Gateway API's HTTPRoutes; looking again at the next interval", "error", err.Error())
+		g.log.V(1).Info("cannot look for "+g.what+"; looking again at the next interval", "error", err.Error())
 		return nil
 	}
 	g.mu.Lock()
@@ -131,41 +151,59 @@ func (g *gatewayAPI) look(ctx context.Context) error {
 	switch {
 	case ok && !g.installed:
 		if err := g.watch(); err != nil {
-			return fmt.Errorf("watch HTTPRoutes: %w", err)
+			return fmt.Errorf("watch %s: %w", g.what, err)
 		}
 		g.installed = true
-		g.log.Info("the Gateway API's HTTPRoutes are served: watching them")
+		g.log.Info(g.what + " are served: watching them")
 	case !ok && g.installed:
 		g.installed = false
 		if err := g.unwatch(ctx); err != nil {
-			return fmt.Errorf("stop watching HTTPRoutes: %w", err)
+			return fmt.Errorf("stop watching %s: %w", g.what, err)
 		}
-		g.log.Info("the Gateway API's HTTPRoutes are no longer served: stopped watching them")
-		go g.reconcileFromHTTPRoutes(ctx)
+		g.log.Info(g.what + " are no longer served: stopped watching them")
+		if g.gone != nil {
+			go g.gone(ctx)
+		}
 	}
 	return nil
 }
 
 // newGatewayAPI is the Gateway API's view before the controller sets it
 // up (watchHTTPRoutes): the cache's watch error handler needs it first.
-func newGatewayAPI() *gatewayAPI { return &gatewayAPI{poke: make(chan struct{}, 1)} }
+func newGatewayAPI() *optionalAPI {
+	g := &optionalAPI{poke: make(chan struct{}, 1), gv: gatewayv1.GroupVersion.String(), resource: httpRouteResource,
+		what: "the Gateway API's HTTPRoutes", describes: func(d string) bool { return strings.HasSuffix(d, ".HTTPRoute") }}
+	g.gone = g.reconcileFromHTTPRoutes
+	return g
+}
+
+// optionalAPIs are every optional API of the webhook: the manager's cache
+// has one watch error handler for them all.
+type optionalAPIs []*optionalAPI
 
 // watchError is every informer's watch error handler (the manager's
-// cache): client-go's, and when the HTTPRoute informer's list finds its
-// API gone, a look at once.
-func (g *gatewayAPI) watchError(ctx context.Context, r *toolscache.Reflector, err error) {
+// cache): client-go's, and when the list of an optional API's informer
+// finds the API gone, a look at once.
+func (apis optionalAPIs) watchError(ctx context.Context, r *toolscache.Reflector, err error) {
 	toolscache.DefaultWatchErrorHandler(ctx, r, err)
-	if apierrors.IsNotFound(err) && strings.HasSuffix(r.TypeDescription(), ".HTTPRoute") {
-		select {
-		case g.poke <- struct{}{}:
-		default:
+	if !apierrors.IsNotFound(err) {
+		return
+	}
+	for _, g := range apis {
+		// A typed informer is described by its Go type (….HTTPRoute), an
+		// unstructured one by its GVK (example.com/v1, Kind=Worker).
+		if g.describes(r.TypeDescription()) {
+			select {
+			case g.poke <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
 // Start (a manager runnable, in every replica) looks every
 // gatewayCheckInterval while HTTPRoutes are not served, and when poked.
-func (g *gatewayAPI) Start(ctx context.Context) error {
+func (g *optionalAPI) Start(ctx context.Context) error {
 	t := time.NewTicker(gatewayCheckInterval)
 	defer t.Stop()
 	for {
@@ -189,7 +227,7 @@ func (g *gatewayAPI) Start(ctx context.Context) error {
 
 // reconcileFromHTTPRoutes reconciles, in the leading replica, the routes
 // whose status says a host came from an HTTPRoute.
-func (g *gatewayAPI) reconcileFromHTTPRoutes(ctx context.Context) {
+func (g *optionalAPI) reconcileFromHTTPRoutes(ctx context.Context) {
 	select {
 	case <-g.elected:
 	case <-ctx.Done():
@@ -202,14 +240,14 @@ func (g *gatewayAPI) reconcileFromHTTPRoutes(ctx context.Context) {
 	}
 	for i := range list.Items {
 		r := &list.Items[i]
-		if r.Spec.ScaleTargetRef.Name == "" || !slices.ContainsFunc(r.Status.HostSources, func(s routingv1alpha1.HostSource) bool {
+		req, ok := targetRequest(r)
+		if !ok || !slices.ContainsFunc(r.Status.HostSources, func(s routingv1alpha1.HostSource) bool {
 			return slices.ContainsFunc(s.From, func(f string) bool { return strings.HasPrefix(f, "HTTPRoute/") })
 		}) {
 			continue
 		}
-		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}}
 		select {
-		case g.resync <- event.GenericEvent{Object: d}:
+		case g.resync <- resyncEvent(req):
 		case <-ctx.Done():
 			return
 		}

@@ -185,14 +185,14 @@ func TestGatewayPolls(t *testing.T) {
 	// "not found" does.
 	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "gateway.networking.k8s.io", Resource: "httproutes"}, "")
 	pods := toolscache.NewReflector(&toolscache.ListWatch{}, &corev1.Pod{}, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
-	g.watchError(t.Context(), pods, notFound)
+	optionalAPIs{g}.watchError(t.Context(), pods, notFound)
 	time.Sleep(50 * time.Millisecond)
 	if n := fd.looks.Load() - before; n != 0 {
 		t.Errorf("a Pod informer's error brought %d looks", n)
 	}
 	fd.served.Store(false)
 	routes := toolscache.NewReflector(&toolscache.ListWatch{}, &gatewayv1.HTTPRoute{}, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
-	g.watchError(t.Context(), routes, notFound)
+	optionalAPIs{g}.watchError(t.Context(), routes, notFound)
 	testwait.Check(t, 5*time.Second, func() error {
 		if served() {
 			return errors.New("still installed")

@@ -35,6 +35,8 @@ import (
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/testwait"
+	"github.com/ebb-dev/ebb/test/workers"
+	"github.com/ebb-dev/ebb/webhook"
 	"github.com/ebb-dev/ebb/webhook/inject"
 	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
@@ -66,7 +68,11 @@ func runIntegration(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
-	a, err := webhooktest.StartInstance(env, ebbNames.Suffix(), admissionregistrationv1.Fail, nil)
+	// ebb.dev routes Workers too, whose CRD TestWorkerCRDAppearsLater
+	// installs.
+	a, err := webhooktest.StartInstance(env, ebbNames.Suffix(), admissionregistrationv1.Fail, func(o *webhook.Options) {
+		o.ScaleTargets = []string{workers.ScaleTarget}
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start ebb.dev instance:", err)
 		return 1

@@ -16,6 +16,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/tracing"
+	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
@@ -64,6 +65,9 @@ type Options struct {
 	SecretName string
 	// ExtraSANs are more DNS names or IPs for the self-signed certificate.
 	ExtraSANs []string
+	// ScaleTargets are the custom workload kinds routed besides Deployments
+	// and StatefulSets, each <resource>.<group> (workload.ParseTargets).
+	ScaleTargets []string
 	// CertCheckInterval is how often self-signed mode checks the certificate
 	// and the caBundle.
 	CertCheckInterval time.Duration
@@ -158,6 +162,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.ServiceName, "service-name", "the webhook's Service (self-signed certificate names)")
 	s.String(&o.SecretName, "tls-secret", "Secret holding the self-signed CA and certificate")
 	s.List(&o.ExtraSANs, "extra-sans", "comma-separated extra DNS names or IPs of the self-signed certificate")
+	s.List(&o.ScaleTargets, "scale-targets", "comma-separated custom workload kinds to route besides Deployments and StatefulSets, each <resource>.<group> (PodSpecable, with the scale subresource), such as rollouts.argoproj.io")
 	s.Duration(&o.CertCheckInterval, "cert-check-interval", "how often self-signed mode checks the certificate and caBundle")
 	s.String(&o.SidecarImage, "sidecar-image", "sidecar image")
 	s.String(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", "sidecar imagePullPolicy")
@@ -247,6 +252,9 @@ func (o *Options) Validate() error {
 	}
 	if err := o.SidecarTracing.Validate(); err != nil {
 		add("%s", strings.ReplaceAll(strings.ReplaceAll(err.Error(), "--otlp-endpoint", "--sidecar-otlp-endpoint"), "--trace-sampling", "--sidecar-trace-sampling"))
+	}
+	if _, err := workload.ParseTargets(strings.Join(o.ScaleTargets, ",")); err != nil {
+		add("--scale-targets: %w", err)
 	}
 	errs = append(errs, options.CheckKubeAPI(o.KubeAPIQPS, o.KubeAPIBurst), o.Log.Validate())
 	return errors.Join(errs...)

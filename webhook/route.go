@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +20,7 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/webhook/inject"
 )
 
@@ -35,7 +35,7 @@ type routes struct {
 	client client.Client // reads typed objects from the manager's cache
 	cache  client.Reader // the manager's cache itself, for unstructured objects (KEDA's)
 	// gateway says whether HTTPRoutes are served and watched (nil: never).
-	gateway *gatewayAPI
+	gateway *optionalAPI
 	// policies gives an app's RoutePolicy (nil: none is read).
 	policies *policies
 }
@@ -81,35 +81,32 @@ func injectors(nsLabels, podLabels map[string]string) []groupsuffix.Names {
 // HTTPRoutes naming its Service, with the Service it found (nil if none)
 // and the report of its hosts and fallback. spec.fallback is written only
 // when the fallback is ready (fallbackReady): the activator uses it as it is.
-func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1alpha1.AppRoute, inject.App, *corev1.Service, hostReport, error) {
-	app, err := inject.ParseApp(d.Namespace, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec, r.cfg)
+func (r *routes) desired(ctx context.Context, w *workload.Workload) (*routingv1alpha1.AppRoute, inject.App, *corev1.Service, hostReport, error) {
+	app, err := inject.ParseApp(w.Namespace(), &w.Template.ObjectMeta, &w.Template.Spec, r.cfg)
 	if err != nil {
 		return nil, inject.App{}, nil, hostReport{}, err
 	}
-	svc, port, err := r.findService(ctx, d.Namespace, d.Spec.Template.Labels, app)
+	svc, port, err := r.findService(ctx, w.Namespace(), w.Template.Labels, app)
 	if err != nil {
 		return nil, app, nil, hostReport{}, err
 	}
-	claims, skipped, err := r.hostPaths(ctx, d.Namespace, svc, port)
+	claims, skipped, err := r.hostPaths(ctx, w.Namespace(), svc, port)
 	if err != nil {
 		return nil, app, nil, hostReport{}, err
 	}
 	hostPaths, report := mergeHosts(app.Hosts, r.names.HostsAnnotation(), claims, skipped)
-	t := true
 	route := &routingv1alpha1.AppRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: routingv1alpha1.GroupVersion(r.names.Group()).String(), Kind: routingv1alpha1.Kind},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: app.Name, Namespace: d.Namespace,
+			Name: app.Name, Namespace: w.Namespace(),
 			Labels: routeLabels(app, r.names),
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: &t,
-			}},
+			OwnerReferences: []metav1.OwnerReference{w.OwnerRef()},
 		},
 		Spec: routingv1alpha1.AppRouteSpec{
 			Hosts:          app.Hosts,
 			PathPrefixes:   app.PathPrefixes,
 			HostPaths:      hostPaths,
-			ScaleTargetRef: routingv1alpha1.ScaleTargetReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name},
+			ScaleTargetRef: routingv1alpha1.ScaleTargetReference{APIVersion: w.GVK.GroupVersion().String(), Kind: w.GVK.Kind, Name: w.Name()},
 			AppPort:        app.Port,
 			AppPortName:    app.PortName,
 			QueueSize:      app.QueueSize,
@@ -138,7 +135,7 @@ func (r *routes) desired(ctx context.Context, d *appsv1.Deployment) (*routingv1a
 	}
 	if app.Fallback != "" {
 		fb := &routingv1alpha1.ServiceReference{Name: app.Fallback, Port: app.FallbackPort}
-		cond, err := r.fallbackReady(ctx, d.Namespace, fb, route.Spec.Service.Name)
+		cond, err := r.fallbackReady(ctx, w.Namespace(), fb, route.Spec.Service.Name)
 		if err != nil {
 			return nil, app, nil, hostReport{}, err
 		}
@@ -217,10 +214,16 @@ func (r *routes) findService(ctx context.Context, ns string, podLabels map[strin
 	if len(matches) == 0 {
 		return nil, 0, nil
 	}
+	// A Service reaching the sidecar first, then a ClusterIP one before a
+	// headless one: a StatefulSet's governing Service is headless, and the
+	// one its clients should use is another (see reach).
 	sort.Slice(matches, func(i, j int) bool {
 		ri, rj := reach(matches[i], app, r.cfg).ok, reach(matches[j], app, r.cfg).ok
 		if ri != rj {
 			return ri
+		}
+		if hi, hj := headless(matches[i]), headless(matches[j]); hi != hj {
+			return hj
 		}
 		return matches[i].Name < matches[j].Name
 	})
@@ -235,14 +238,32 @@ type reachability struct {
 	message string
 }
 
+// headless is true of a Service without a ClusterIP (clusterIP: None).
+func headless(svc *corev1.Service) bool { return svc.Spec.ClusterIP == corev1.ClusterIPNone }
+
 // reach checks the Service's ports: a targetPort naming the sidecar's data
 // port (the app port's original name) or its number reaches the sidecar; a
-// targetPort of the app's number bypasses it.
+// targetPort of the app's number bypasses it. A headless Service reaches
+// nothing: its clients resolve pod addresses and dial them on the port
+// they know, the app's, past the sidecar (a targetPort is not used), and
+// at zero they get the activators' addresses from DNS only through the
+// hand-off slice of the route's Service.
 func reach(svc *corev1.Service, app inject.App, cfg inject.Config) reachability {
 	dataName := app.PortName
 	if dataName == "" {
 		dataName = inject.UnnamedDataPortName
 	}
+	if headless(svc) {
+		rc := reachPorts(svc, app, cfg, dataName)
+		return reachability{port: rc.port, reason: "HeadlessService",
+			message: fmt.Sprintf("Service %s is headless (clusterIP: None): its clients reach the pods' addresses directly, on the app's port, past the sidecar, so their requests are not counted; "+
+				"create a ClusterIP Service selecting the app's pods with targetPort: %s for clients to use (a StatefulSet keeps its headless Service for its pods' names)", svc.Name, dataName)}
+	}
+	return reachPorts(svc, app, cfg, dataName)
+}
+
+// reachPorts is reach of a Service with a ClusterIP.
+func reachPorts(svc *corev1.Service, app inject.App, cfg inject.Config, dataName string) reachability {
 	var bypass *corev1.ServicePort
 	for i := range svc.Spec.Ports {
 		p := &svc.Spec.Ports[i]
@@ -270,8 +291,8 @@ func reach(svc *corev1.Service, app inject.App, cfg inject.Config) reachability 
 }
 
 // apply writes want's labels, owner and spec by server-side apply, unless
-// the cached AppRoute already has them. It returns the Deployment the route
-// pointed at before when that was another one (it went, or was renamed:
+// the cached AppRoute already has them. It returns the workload the route
+// pointed at before (kind/name) when that was another one (it went, or was renamed:
 // see routeReconciler.winner).
 func (r *routes) apply(ctx context.Context, want *routingv1alpha1.AppRoute) (string, error) {
 	var have routingv1alpha1.AppRoute
@@ -285,8 +306,8 @@ func (r *routes) apply(ctx context.Context, want *routingv1alpha1.AppRoute) (str
 		return "", fmt.Errorf("get AppRoute %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	previous := ""
-	if err == nil && have.Spec.ScaleTargetRef.Name != want.Spec.ScaleTargetRef.Name {
-		previous = have.Spec.ScaleTargetRef.Name
+	if hk, wk := targetKind(have.Spec.ScaleTargetRef), targetKind(want.Spec.ScaleTargetRef); err == nil && (have.Spec.ScaleTargetRef.Name != want.Spec.ScaleTargetRef.Name || hk != wk) {
+		previous = workload.KubectlName(hk, have.Spec.ScaleTargetRef.Name)
 	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": want.APIVersion,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logroute"
 	"github.com/ebb-dev/ebb/internal/procmetrics"
+	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/webhook/selfsigned"
 )
 
@@ -50,7 +52,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := routingv1alpha1.AddToScheme(scheme, names.Group()); err != nil {
 		return fmt.Errorf("build scheme: %w", err)
 	}
-	// HTTPRoutes, read when the Gateway API is installed (gatewayAPI).
+	// HTTPRoutes, read when the Gateway API is installed (optionalAPI).
 	if err := gatewayv1.Install(scheme); err != nil {
 		return fmt.Errorf("build scheme: %w", err)
 	}
@@ -67,7 +69,16 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	gw := newGatewayAPI()
-	cacheOpts, err := cacheOptions(names, gw)
+	targets, err := workload.ParseTargets(strings.Join(opts.ScaleTargets, ","))
+	if err != nil {
+		return fmt.Errorf("--scale-targets: %w", err)
+	}
+	custom := newScaleTargetAPIs(targets)
+	apis := optionalAPIs{gw}
+	for _, k := range custom {
+		apis = append(apis, k.api)
+	}
+	cacheOpts, err := cacheOptions(names, apis, targets)
 	if err != nil {
 		return fmt.Errorf("cache options: %w", err)
 	}
@@ -102,6 +113,7 @@ func Run(ctx context.Context, opts Options) error {
 	pols := &policies{names: names, client: mgr.GetClient(), api: mgr.GetAPIReader()}
 	rts := &routes{names: names, cfg: opts.sidecarConfig(names), client: mgr.GetClient(), cache: mgr.GetCache(), gateway: gw, policies: pols}
 	rec := newRouteReconciler(rts, mgr.GetEventRecorder("ebb-webhook"), log.WithName("approute"))
+	rec.workloads.custom = custom
 	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
 		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme), policies: pols},
 	})

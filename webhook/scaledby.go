@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -8,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
+	"github.com/ebb-dev/ebb/internal/workload"
 )
 
 // scaledObjectKind is KEDA's ScaledObject, read without KEDA's types.
@@ -126,12 +127,12 @@ func (k *keda) Start(ctx context.Context) error {
 	}
 	for i := range list.Items {
 		r := &list.Items[i]
-		if r.Spec.ScaleTargetRef.Name == "" {
+		req, ok := targetRequest(r)
+		if !ok {
 			continue
 		}
-		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}}
 		select {
-		case k.resync <- event.GenericEvent{Object: d}:
+		case k.resync <- resyncEvent(req):
 		case <-ctx.Done():
 			return nil
 		}
@@ -177,8 +178,8 @@ func (r *routeReconciler) routesNamedBy(ctx context.Context, o client.Object) []
 		if err := r.routes.client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: app}, &route, client.UnsafeDisableDeepCopy); err != nil {
 			continue // no route (yet): its own reconcile reads the ScaledObjects
 		}
-		if route.Spec.ScaleTargetRef.Name != "" {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: route.Namespace, Name: route.Spec.ScaleTargetRef.Name}})
+		if req, ok := targetRequest(&route); ok {
+			reqs = append(reqs, req)
 		}
 	}
 	return reqs
@@ -219,6 +220,9 @@ func (r *routeReconciler) scaledBy(ctx context.Context, route *routingv1alpha1.A
 		return cond
 	}
 	target := route.Spec.ScaleTargetRef.Name
+	// KEDA's scaleTargetRef names a Deployment when it names no kind.
+	kind := cmp.Or(route.Spec.ScaleTargetRef.Kind, "Deployment")
+	ref := workload.KubectlName(targetKind(route.Spec.ScaleTargetRef), target)
 	var elsewhere []string
 	for _, so := range list.Items {
 		triggers, _, _ := unstructured.NestedSlice(so.Object, "spec", "triggers")
@@ -230,19 +234,20 @@ func (r *routeReconciler) scaledBy(ctx context.Context, route *routingv1alpha1.A
 				continue
 			}
 			scales, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "name")
-			if scales != target {
-				elsewhere = append(elsewhere, fmt.Sprintf("%s (scales %s)", so.GetName(), scales))
+			scalesKind, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "kind")
+			if scales != target || cmp.Or(scalesKind, "Deployment") != kind {
+				elsewhere = append(elsewhere, fmt.Sprintf("%s (scales %s %s)", so.GetName(), cmp.Or(scalesKind, "Deployment"), scales))
 				continue
 			}
 			addr, _, _ := unstructured.NestedString(t, "metadata", "scalerAddress")
 			cond.Status, cond.Reason = metav1.ConditionTrue, "ScaledObjectFound"
-			cond.Message = fmt.Sprintf("ScaledObject %s scales Deployment %s on this app's counts (scalerAddress %s)", so.GetName(), target, addr)
+			cond.Message = fmt.Sprintf("ScaledObject %s scales %s on this app's counts (scalerAddress %s)", so.GetName(), ref, addr)
 			return cond
 		}
 	}
 	cond.Status, cond.Reason = metav1.ConditionFalse, "NoScaledObject"
-	cond.Message = fmt.Sprintf("no KEDA ScaledObject in %s scales Deployment %s with an external-push trigger whose app is %q: nothing wakes this app from zero; create one (docs/configuration.md: Scale it with KEDA)",
-		route.Namespace, target, route.Name)
+	cond.Message = fmt.Sprintf("no KEDA ScaledObject in %s scales %s with an external-push trigger whose app is %q: nothing wakes this app from zero; create one (docs/configuration.md: Scale it with KEDA)",
+		route.Namespace, ref, route.Name)
 	if len(elsewhere) > 0 {
 		cond.Message += "; ScaledObjects naming this app but scaling another workload: " + strings.Join(elsewhere, ", ")
 	}
