@@ -233,6 +233,10 @@ func (rt *Router) recomputeDeps() {
 			a.depHeld, a.gated = e.held, e.gated
 			rt.opts.Pusher.Set(a.push, a.pushCountLocked())
 		}
+		if a.depHeld > 0 && !a.probing {
+			a.probing = true // its sidecars, as if it held requests itself
+			go rt.probeLoop(a)
+		}
 		if e.root && !e.wait && a.cs != nil {
 			a.cs.m.mark(markDeps, now)
 		}

@@ -312,3 +312,27 @@ func TestDependencyTogetherH2C(t *testing.T) {
 }
 
 func positive(n int64) bool { return n > 0 }
+
+// TestDependencyReleasedByProbing: a dependency's sidecar that answers
+// ready is probed as the app's own are, so the request goes before the
+// EndpointSlice says so.
+func TestDependencyReleasedByProbing(t *testing.T) {
+	rt, url, _ := depsRig(t, RouterOptions{ProbeInterval: 5 * time.Millisecond}, map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{dataDB}}},
+		dataDB:    {},
+	})
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(admin.Close)
+	rt.SetEndpoints(dataDB, []Endpoint{{Addr: testApp(t, "db"), AdminAddr: strings.TrimPrefix(admin.URL, "http://")}})
+	done := holdOne(t, url, "hello.test")
+	waitHeld(t, rt, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	select {
+	case r := <-done:
+		if r.code != 200 {
+			t.Fatalf("%d %q", r.code, r.body)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("still held: the dependency's ready sidecar was not probed")
+	}
+}

@@ -813,9 +813,10 @@ func placeholderPage(a *app) string {
 		int(placeholderRefresh/time.Second), html.EscapeString(a.key.Name), html.EscapeString(a.key.Name))
 }
 
-// probeLoop probes the not-ready sidecars of a while it holds requests and
-// has no ready endpoint, so held requests go out the moment a sidecar is
-// ready rather than after EndpointSlice propagation.
+// probeLoop probes the not-ready sidecars of a while it holds requests,
+// or requests of its dependents wait on it, and has no ready endpoint, so
+// held requests go out the moment a sidecar is ready rather than after
+// EndpointSlice propagation.
 func (rt *Router) probeLoop(a *app) {
 	t := time.NewTicker(rt.opts.ProbeInterval)
 	defer t.Stop()
@@ -823,7 +824,7 @@ func (rt *Router) probeLoop(a *app) {
 	results := make(chan probeResult, 1024)
 	for {
 		a.mu.Lock()
-		if a.held == 0 {
+		if a.held == 0 && a.depHeld == 0 {
 			a.probing = false
 			a.mu.Unlock()
 			return
