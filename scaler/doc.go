@@ -3,6 +3,8 @@
 // activators' held counts as a push (internal/holdpush), and answers KEDA per
 // app: concurrency (in flight + held), request rate over a window, and whether
 // the app is active, pushing activation on StreamIsActive the moment it
-// changes. Run is the whole binary; New + (*Scaler).Run let tests run it
+// changes. An app is also active while an app that needs it (its
+// AppRoute's spec.wakes names it) has a live pod, so a dependency chain
+// goes to zero after its head, in reverse. Run is the whole binary; New + (*Scaler).Run let tests run it
 // in-process.
 package scaler
