@@ -123,6 +123,13 @@ func (r *Release) WaitAtZero(ctx context.Context, c *cluster.Cluster, a *AppAtZe
 	if err := c.WaitReplicas(ctx, a.Namespace, a.Name, 0, timeout); err != nil {
 		return err
 	}
+	return r.waitPodsGoneAndHandedOff(ctx, c, a, deadline)
+}
+
+// waitPodsGoneAndHandedOff is the end of WaitAtZero once the app's
+// workload is at 0 replicas, whatever its kind: its pods are gone, the
+// hand-off slice is published and kube-proxy routes to the activator.
+func (r *Release) waitPodsGoneAndHandedOff(ctx context.Context, c *cluster.Cluster, a *AppAtZero, deadline time.Time) error {
 	if err := cluster.WaitFor(ctx, time.Until(deadline), "the pods of "+a.Name+" gone", func(ctx context.Context) (bool, error) {
 		pods, err := c.Client.CoreV1().Pods(a.Namespace).List(ctx, metav1.ListOptions{LabelSelector: r.Names.AppLabel() + "=" + a.Name})
 		return err == nil && len(pods.Items) == 0, err
