@@ -656,9 +656,6 @@ func TestWarmHours(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &install.AppAtZero{Namespace: ns, Name: name, Host: appHost(ns, name), URL: "http://" + svc.Spec.ClusterIP + "/"}
-	if _, err := ebb.WaitRoute(ctx, lc, ns, name, "created by the webhook", time.Minute, func(*routingv1alpha1.AppRoute) bool { return true }); err != nil {
-		t.Fatal(err)
-	}
 
 	start, end, closes := warmWindow(time.Now())
 	replace["start: 0 8 * * 1-5 "] = "start: " + start + " "
