@@ -3,8 +3,6 @@ package workers
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/ebb-dev/ebb/test/repo"
+	"github.com/ebb-dev/ebb/webhook/webhooktest"
 )
 
 // apiServer starts a kube-apiserver of the test's own (envtest: no
@@ -34,9 +32,9 @@ func apiServer(t *testing.T) *rest.Config {
 	if testing.Short() {
 		t.Skip("needs a kube-apiserver (envtest; make test-integration runs it)")
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = filepath.Join(repo.MustRoot(t), "bin", "k8s") // make tools puts them there
+	assets, err := webhooktest.Assets()
+	if err != nil {
+		t.Fatal(err)
 	}
 	crd, err := CRD()
 	if err != nil {
