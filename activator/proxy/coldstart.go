@@ -52,6 +52,10 @@ type marks [nMarks]time.Time
 // coldStart is a cold start under way. Guarded by its app's mu.
 type coldStart struct {
 	m marks
+	// forDeps: begun because dependents' requests wait on the app, none
+	// of its own held (deps.go); it ends when the app is ready, its
+	// FirstByte phase 0.
+	forDeps bool
 	// gate is when Ordered let the app's own hold be told to the scalers,
 	// its dependencies up; zero when it never waited for that.
 	gate   time.Time
@@ -202,11 +206,18 @@ func (rt *Router) firstByte(a *app, t time.Time) {
 		rt.opts.Log.V(1).Info("first byte forwarded outside a cold start", "app", a.key.String(), "coldStart", cs != nil)
 		return
 	}
+	rec := a.finishLocked(cs, t)
+	a.mu.Unlock()
+	rt.report(rec)
+}
+
+// finishLocked ends a's cold start cs with its first byte at t and returns
+// its record. Callers hold a.mu.
+func (a *app) finishLocked(cs *coldStart, t time.Time) ColdStartRecord {
 	cs.m[markFirstByte] = t
 	m, gate := cs.m.resolve(), cs.gate
 	a.lastMarks = m
 	a.endColdStart()
-	a.mu.Unlock()
 	rec := ColdStartRecord{Namespace: a.key.Namespace, App: a.key.Name, Began: m[markHeld], Phases: m.phases(m[markHeld])}
 	if !gate.IsZero() {
 		// Ordered: the hold before the app itself was told waited on its
@@ -216,6 +227,11 @@ func (rt *Router) firstByte(a *app, t time.Time) {
 		*told -= d
 		rec.Phases[markDeps-1] += d
 	}
+	return rec
+}
+
+// report observes a finished cold start and hands it to OnColdStart.
+func (rt *Router) report(rec ColdStartRecord) {
 	rt.opts.Metrics.observePhases(&rec.Phases)
 	if rt.opts.OnColdStart != nil {
 		rt.opts.OnColdStart(rec)

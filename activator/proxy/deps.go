@@ -224,8 +224,25 @@ func (rt *Router) recomputeDeps() {
 
 	now := time.Now()
 	var release []*app
+	var records []ColdStartRecord
 	apply := func(a *app, e depEffect) {
 		a.mu.Lock()
+		ready := len(a.eps.Load().ready) > 0
+		if e.held > 0 && a.cs == nil && a.held == 0 && !ready {
+			// Woken for its dependents: a cold start of its own, recorded
+			// as any (status.lastColdStart), from the time it was told.
+			rt.beginColdStart(a, now)
+			a.cs.forDeps = true
+		}
+		if cs := a.cs; cs != nil && cs.forDeps && a.held == 0 {
+			switch {
+			case ready:
+				cs.m.mark(markReady, now)
+				records = append(records, a.finishLocked(cs, cs.m[markReady]))
+			case e.held == 0:
+				a.endColdStart() // nobody waits on it any more
+			}
+		}
 		if a.depHeld != e.held || a.gated != e.gated {
 			if a.gated && !e.gated && a.cs != nil && a.cs.gate.IsZero() {
 				a.cs.gate = now
@@ -261,6 +278,9 @@ func (rt *Router) recomputeDeps() {
 	for _, a := range release {
 		a.broadcast()
 		rt.releaseParked(a)
+	}
+	for _, rec := range records {
+		rt.report(rec)
 	}
 }
 
