@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
-	"github.com/ebb-dev/ebb/internal/workload"
 )
 
 // scaledObjectKind is KEDA's ScaledObject, read without KEDA's types.
@@ -222,7 +221,7 @@ func (r *routeReconciler) scaledBy(ctx context.Context, route *routingv1alpha1.A
 	target := route.Spec.ScaleTargetRef.Name
 	// KEDA's scaleTargetRef names a Deployment when it names no kind.
 	kind := cmp.Or(route.Spec.ScaleTargetRef.Kind, "Deployment")
-	ref := workload.KubectlName(targetKind(route.Spec.ScaleTargetRef), target)
+	ref := kind + " " + target
 	var elsewhere []string
 	for _, so := range list.Items {
 		triggers, _, _ := unstructured.NestedSlice(so.Object, "spec", "triggers")
@@ -236,7 +235,11 @@ func (r *routeReconciler) scaledBy(ctx context.Context, route *routingv1alpha1.A
 			scales, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "name")
 			scalesKind, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "kind")
 			if scales != target || cmp.Or(scalesKind, "Deployment") != kind {
-				elsewhere = append(elsewhere, fmt.Sprintf("%s (scales %s %s)", so.GetName(), cmp.Or(scalesKind, "Deployment"), scales))
+				what := scales
+				if cmp.Or(scalesKind, "Deployment") != kind {
+					what = cmp.Or(scalesKind, "Deployment") + " " + scales
+				}
+				elsewhere = append(elsewhere, fmt.Sprintf("%s (scales %s)", so.GetName(), what))
 				continue
 			}
 			addr, _, _ := unstructured.NestedString(t, "metadata", "scalerAddress")
