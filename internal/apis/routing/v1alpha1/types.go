@@ -52,9 +52,12 @@ const (
 	// against.
 	ConditionAdmitted = "Admitted"
 
-	// ConditionIdle is set by the scalers: True when nothing keeps the app
-	// active (it may scale to zero), False with the reason that does
-	// (RequestsInFlight, RequestsHeld, RecentRequests, SidecarBypassed).
+	// ConditionIdle is set by the scalers: True when ebb sees nothing that
+	// keeps the app active (NoRequests, BelowActivation; or
+	// KeptUpByAnotherTrigger: another trigger of the ScaledObject, such as
+	// KEDA's cron, keeps it up), False with the reason that does
+	// (RequestsInFlight, RequestsHeld, RecentRequests, SidecarBypassed,
+	// NeededByDependents: an app whose wakes name it has a live pod).
 	ConditionIdle = "Idle"
 )
 
