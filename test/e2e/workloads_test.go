@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
@@ -152,11 +153,39 @@ func deployReadmeApp(t *testing.T, example, app, ns, name string, env map[string
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, ebb.Diagnose(ctx, lc, ns, name))
 	}
+	if err := waitScaledObjectReady(ctx, ns, name); err != nil {
+		t.Fatal(err)
+	}
 	if err := ebb.WaitWorkloadAtZero(ctx, lc, a.Workload, a.AppAtZero, 2*time.Minute); err != nil {
 		t.Fatalf("the README's %s never stood at zero behind the activator: %v\n%s", a.Ref.Kind, err, ebb.Diagnose(ctx, lc, ns, name))
 	}
 	t.Logf("%s %s/%s at zero behind Service %s (%s)", a.Ref.Kind, ns, name, a.Service, a.URL)
 	return a
+}
+
+// waitScaledObjectReady waits until KEDA reports the ScaledObject Ready:
+// its scaler answered, so a held request's push reaches KEDA at once.
+func waitScaledObjectReady(ctx context.Context, ns, name string) error {
+	dyn, err := dynamic.NewForConfig(lc.RestConfig)
+	if err != nil {
+		return err
+	}
+	var conds []any
+	err = cluster.WaitFor(ctx, 60*time.Second, "ScaledObject "+ns+"/"+name+" Ready", func(ctx context.Context) (bool, error) {
+		so, err := dyn.Resource(cluster.ScaledObjects).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ = unstructured.NestedSlice(so.Object, "status", "conditions")
+		return slices.ContainsFunc(conds, func(c any) bool {
+			m, _ := c.(map[string]any)
+			return m["type"] == "Ready" && m["status"] == "True"
+		}), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; conditions: %v", err, conds)
+	}
+	return nil
 }
 
 // readmeWorkloadExample is the YAML block of a README section about a
@@ -319,7 +348,7 @@ func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func(
 	}
 	var tl timeline
 	tl.mark(time.Now(), "at zero; a request every 20 ms starts")
-	steady := startProber(ctx, a.URL, a.Host, 20*time.Millisecond)
+	steady := startSteady(ctx, a, 20*time.Millisecond)
 	var (
 		mu      sync.Mutex
 		answers []answer
@@ -402,7 +431,7 @@ func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func(
 		fail("scale to zero: %v", err)
 	}
 	tl.mark(time.Now(), "replicas 0; steady requests resume")
-	steady = startProber(ctx, a.URL, a.Host, 20*time.Millisecond)
+	steady = startSteady(ctx, a, 20*time.Millisecond)
 	time.Sleep(5 * time.Second)
 	stopSteady()
 	tl.mark(time.Now(), "steady requests stop")
@@ -411,7 +440,11 @@ func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func(
 	defer mu.Unlock()
 	served := map[string]int{}
 	var lost []install.Result
+	var slowest answer
 	for _, r := range answers {
+		if r.Took > slowest.Took {
+			slowest = r
+		}
 		if r.Err != nil || r.Status != http.StatusOK {
 			lost = append(lost, install.Result{Status: r.Status, Body: r.Body, Err: r.Err, Sent: r.Sent, Took: r.Took})
 			continue
@@ -419,7 +452,7 @@ func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func(
 		served[strings.TrimPrefix(strings.TrimSpace(r.Body), "hello from ")]++
 	}
 	t.Logf("timeline:\n%s", tl.String())
-	t.Logf("%d requests across 0 → 2 → 0 → 1: %d lost; answered by %v", len(answers), len(lost), served)
+	t.Logf("%d requests across 0 → 2 → 0 → 1: %d lost; answered by %v; the slowest sent at %s: %s", len(answers), len(lost), served, slowest.Sent.Format("15:04:05.000"), slowest)
 	fmt.Printf("FIGURE %s: zero loss (0→1→2→1→0→1, a request every 20 ms and a burst): lost %d of %d\n", a.Ref.Kind, len(lost), len(answers))
 	if len(lost) > 0 {
 		t.Errorf("not 200 while the %s went 0 → 2 → 0:\n%v", a.Ref.Kind, install.Failures(lost))
@@ -433,6 +466,33 @@ func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func(
 	if both < 2 {
 		t.Errorf("of the 2 pods %v, %d served (answers by pod: %v); want both", podNameList(pods), both, served)
 	}
+}
+
+// startSteady is a prober (startProber) whose requests wait up to 60 s
+// for their answer: at zero a StatefulSet's new pod 0 starts only once the
+// old one, draining, is gone, which a held request waits for.
+func startSteady(ctx context.Context, a *workloadApp, interval time.Duration) *prober {
+	p := &prober{stop: make(chan struct{})}
+	client := newClient(60 * time.Second)
+	p.done.Go(func() {
+		start := time.Now()
+		for i := 1; i <= 30_000; i++ { // bounded: 10 min at 20 ms
+			p.done.Go(func() {
+				r := fetch(ctx, client, a.URL, a.Host, nil)
+				p.mu.Lock()
+				p.answers = append(p.answers, r)
+				p.mu.Unlock()
+			})
+			select {
+			case <-p.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(start.Add(time.Duration(i) * interval))):
+			}
+		}
+	})
+	return p
 }
 
 // livePodsOf lists the app's pods that are not being deleted.
