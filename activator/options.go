@@ -18,6 +18,7 @@ import (
 	"github.com/ebb-dev/ebb/activator/control"
 	"github.com/ebb-dev/ebb/activator/proxy"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/sidecarapi"
@@ -76,6 +77,10 @@ type Options struct {
 	// PodNamespace: the hand-off slices point at the ready ones and
 	// propagation waits for each of them.
 	ActivatorSelector string
+	// ScaleTargets are the custom workload kinds routed besides Deployments
+	// and StatefulSets, each <resource>.<group>: the webhook's list
+	// (workload.ParseTargets), for the hand-off's "scaled to 0".
+	ScaleTargets []string
 	// HandoffPort is the activator port hand-off slices publish; default the
 	// port of Listen.
 	HandoffPort int
@@ -173,6 +178,7 @@ func (o *Options) Bind(s *options.Set) {
 	s.String(&o.ScalerKeyFile, "scaler-key-file", "PEM key of --scaler-cert-file")
 	s.String(&o.ScalerServerName, "scaler-server-name", "name the scalers' certificate must carry; default <name>.<namespace>.svc of --scaler-service")
 	s.String(&o.ActivatorSelector, "activator-selector", "label selector of this instance's activator pods in the pod's namespace")
+	s.List(&o.ScaleTargets, "scale-targets", "comma-separated custom workload kinds routed besides Deployments and StatefulSets, each <resource>.<group>, as the webhook's --scale-targets")
 	s.Int(&o.HandoffPort, "handoff-port", "activator port in hand-off EndpointSlices (default: the port of --listen)")
 	s.String(&o.Pool, "pool", "activator pool of this replica: it publishes the hand-off slices of the routes the pool admits")
 	s.String(&o.PoolsConfigMap, "pools-configmap", "ConfigMap (in the pod's namespace) listing every activator pool in "+control.PoolsKey+"; unset: this pool admits every route")
@@ -269,6 +275,9 @@ func (o Options) Validate() error {
 				bad("%s: %w", f[0], err)
 			}
 		}
+	}
+	if _, err := workload.ParseTargets(strings.Join(o.ScaleTargets, ",")); err != nil {
+		bad("--scale-targets: %v", err)
 	}
 	if _, err := labels.Parse(o.ActivatorSelector); err != nil || o.ActivatorSelector == "" {
 		bad("--activator-selector %q: not a label selector: %v", o.ActivatorSelector, err)

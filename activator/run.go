@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/ebb-dev/ebb/activator/control"
 	"github.com/ebb-dev/ebb/activator/proxy"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logroute"
@@ -187,10 +189,15 @@ func newControlLoops(opts Options, rc *rest.Config, names groupsuffix.Names, rp 
 		rp.push.SetAddresses(addrs)
 		log.Info("scaler addresses", "addresses", addrs)
 	}
+	scaleTargets, err := workload.ParseTargets(strings.Join(opts.ScaleTargets, ","))
+	if err != nil {
+		return nil, fmt.Errorf("--scale-targets: %w", err) // checked by Validate
+	}
 	return control.New(rc, control.Config{
 		Names: names, PodName: opts.PodName, PodNamespace: opts.PodNamespace, ActivatorSelector: opts.ActivatorSelector,
 		Pool: opts.Pool, PoolsConfigMap: opts.PoolsConfigMap, HandoffPort: opts.HandoffPort, AdminPort: adminPort,
 		SidecarAdminPort: opts.SidecarAdminPort, Resync: opts.Resync, ScalerService: opts.ScalerService, LeaderElect: opts.LeaderElect,
+		ScaleTargets: scaleTargets,
 	}, rp.routing, reg, onScalers, log)
 }
 

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -20,10 +24,13 @@ import (
 	"github.com/ebb-dev/ebb/activator/proxy"
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/workload"
 )
 
 // apiWatcher is the ColdStartWatcher of a running activator: for each
-// cold start it watches the app's Deployment and the app's pods (label
+// cold start it watches the app's workload (a Deployment typed, any other
+// kind through the dynamic client: KEDA scales whatever has the scale
+// subresource, and spec.replicas is where it writes) and the app's pods (label
 // <suffix>/app) until the cold start ends, and notes the moment each
 // change arrives. The API server's own timestamps have a resolution of a
 // second, far coarser than a cold start's phases, so the times are the
@@ -31,11 +38,19 @@ import (
 // write by a few milliseconds).
 type apiWatcher struct {
 	kube     kubernetes.Interface
+	dyn      dynamic.Interface
+	mapper   meta.RESTMapper
 	appLabel string
 	log      logr.Logger
 }
 
-func (w *apiWatcher) Watch(ctx context.Context, namespace, app, deployment string, since time.Time, mark func(int, time.Time)) {
+// Watch watches the workload target names (workload.Key; empty: none).
+func (w *apiWatcher) Watch(ctx context.Context, namespace, app, target string, since time.Time, mark func(int, time.Time)) {
+	gk, deployment := workload.ParseKey(target)
+	if target != "" && gk != workload.Deployment.GroupKind() {
+		w.watchScaled(ctx, namespace, gk, deployment, mark)
+		deployment = ""
+	}
 	if deployment != "" {
 		go w.watch(ctx, "deployment", func(ctx context.Context) (watch.Interface, error) {
 			return w.kube.AppsV1().Deployments(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", deployment).String()})
@@ -73,6 +88,26 @@ func (w *apiWatcher) Watch(ctx context.Context, namespace, app, deployment strin
 			mark(proxy.MarkStarted, now)
 		}
 	}, func() { first = false })
+}
+
+// watchScaled marks MarkScaled when the workload gk/name of namespace has
+// spec.replicas above 0. A kind the API server does not serve is logged
+// and left: the pods' marks still come.
+func (w *apiWatcher) watchScaled(ctx context.Context, namespace string, gk schema.GroupKind, name string, mark func(int, time.Time)) {
+	m, err := w.mapper.RESTMapping(gk)
+	if err != nil {
+		w.log.V(1).Info("cannot watch the app's workload for cold-start phases", "kind", gk.String(), "error", err.Error())
+		return
+	}
+	go w.watch(ctx, strings.ToLower(gk.Kind), func(ctx context.Context) (watch.Interface, error) {
+		return w.dyn.Resource(m.Resource).Namespace(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	}, func(obj any, now time.Time) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if n, set, _ := workload.Replicas(u); set && n > 0 {
+				mark(proxy.MarkScaled, now)
+			}
+		}
+	})
 }
 
 // containersStarted reports whether every container of p (the app's, not

@@ -15,12 +15,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -62,6 +64,10 @@ type Config struct {
 	// LeaderElect: the hand-off and propagation loops run only on the
 	// replica that holds its pool's Lease; false: on this replica.
 	LeaderElect bool
+	// ScaleTargets are the custom workload kinds routed (--scale-targets):
+	// the hand-off reads their spec.replicas, and the cache keeps nothing
+	// else of them.
+	ScaleTargets []schema.GroupResource
 }
 
 // Loops are one replica's control loops, in one controller-runtime
@@ -222,7 +228,21 @@ func ColdStartWatcher(rc *rest.Config, names groupsuffix.Names, log logr.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &apiWatcher{kube: kube, appLabel: names.AppLabel(), log: log}, nil
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes HTTP client: %w", err)
+	}
+	// Lazy: a kind is looked up at its first cold start, and a kind not
+	// found is looked up again at the next.
+	mapper, err := apiutil.NewDynamicRESTMapper(rc, hc)
+	if err != nil {
+		return nil, fmt.Errorf("REST mapper: %w", err)
+	}
+	return &apiWatcher{kube: kube, dyn: dyn, mapper: mapper, appLabel: names.AppLabel(), log: log}, nil
 }
 
 // ColdStartRecorder returns what writes each finished cold start into its

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -26,6 +29,7 @@ import (
 
 	routingv1alpha1 "github.com/ebb-dev/ebb/internal/apis/routing/v1alpha1"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
+	"github.com/ebb-dev/ebb/internal/workload"
 )
 
 // FieldManager is the activator's server-side apply field manager, for
@@ -252,9 +256,8 @@ func (h *handoff) needsHandoff(ctx context.Context, r *routingv1alpha1.AppRoute,
 	if mayGoToZero(r) {
 		return "the app is idle: KEDA may take it to zero"
 	}
-	var d appsv1.Deployment
-	if err := h.src.cache.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Spec.ScaleTargetRef.Name}, &d); err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
-		return "the Deployment is scaled to 0"
+	if n, ok := h.targetReplicas(ctx, r); ok && n == 0 {
+		return "the " + cmp.Or(r.Spec.ScaleTargetRef.Kind, "Deployment") + " is scaled to 0"
 	}
 	for _, sl := range h.src.slicesOf(ctx, svc.Namespace, svc.Name) {
 		if isHandoff(&sl) {
@@ -267,6 +270,50 @@ func (h *handoff) needsHandoff(ctx context.Context, r *routingv1alpha1.AppRoute,
 		}
 	}
 	return "no ready endpoint"
+}
+
+// targetReplicas is spec.replicas of r's workload in the cache: a
+// Deployment's or a StatefulSet's, or an object's of a --scale-targets
+// kind; ok is false when it is unknown (not in the cache, unset, or of a
+// kind not listed, whose objects the activator does not read).
+func (h *handoff) targetReplicas(ctx context.Context, r *routingv1alpha1.AppRoute) (int32, bool) {
+	ref := r.Spec.ScaleTargetRef
+	key := types.NamespacedName{Namespace: r.Namespace, Name: ref.Name}
+	gk := workload.GroupKindOf(ref.APIVersion, ref.Kind)
+	var replicas *int32
+	switch gk {
+	case workload.Deployment.GroupKind():
+		var d appsv1.Deployment
+		if err := h.src.cache.Get(ctx, key, &d); err != nil {
+			return 0, false
+		}
+		replicas = d.Spec.Replicas
+	case workload.StatefulSet.GroupKind():
+		var s appsv1.StatefulSet
+		if err := h.src.cache.Get(ctx, key, &s); err != nil {
+			return 0, false
+		}
+		replicas = s.Spec.Replicas
+	default:
+		if !slices.ContainsFunc(h.cfg.ScaleTargets, func(gr schema.GroupResource) bool { return gr.Group == gk.Group }) {
+			return 0, false
+		}
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(ref.APIVersion)
+		u.SetKind(ref.Kind)
+		if err := h.src.cache.Get(ctx, key, u); err != nil {
+			return 0, false
+		}
+		n, set, err := workload.Replicas(u)
+		if err != nil || !set {
+			return 0, false
+		}
+		return n, true
+	}
+	if replicas == nil {
+		return 0, false
+	}
+	return *replicas, true
 }
 
 func (h *handoff) current(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, bool) {

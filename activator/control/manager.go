@@ -12,13 +12,16 @@ import (
 
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,8 +45,9 @@ func newManager(cfg *rest.Config, c Config, log logr.Logger) (ctrl.Manager, erro
 		return nil, fmt.Errorf("--activator-selector: %w", err)
 	}
 	byObject := map[client.Object]crcache.ByObject{
-		&corev1.Pod{}:        {Namespaces: map[string]crcache.Config{c.PodNamespace: {}}, Label: sel},
-		&appsv1.Deployment{}: {Transform: slimDeployment},
+		&corev1.Pod{}:         {Namespaces: map[string]crcache.Config{c.PodNamespace: {}}, Label: sel},
+		&appsv1.Deployment{}:  {Transform: slimDeployment},
+		&appsv1.StatefulSet{}: {Transform: slimStatefulSet},
 	}
 	if c.PoolsConfigMap != "" {
 		byObject[&corev1.ConfigMap{}] = crcache.ByObject{Namespaces: map[string]crcache.Config{c.PodNamespace: {}},
@@ -59,7 +63,14 @@ func newManager(cfg *rest.Config, c Config, log logr.Logger) (ctrl.Manager, erro
 			ByObject:   byObject,
 			// Nothing reads managedFields: a fleet's cache is smaller
 			// without them (TestCacheBytesPerApp).
-			DefaultTransform: crcache.TransformStripManagedFields(),
+			// The objects of --scale-targets kinds (read as unstructured by
+			// the hand-off) keep only spec.replicas.
+			DefaultTransform: func(o any) (any, error) {
+				if u, ok := o.(*unstructured.Unstructured); ok && slices.ContainsFunc(c.ScaleTargets, func(gr schema.GroupResource) bool { return gr.Group == u.GroupVersionKind().Group }) {
+					return slimReplicas(u), nil
+				}
+				return crcache.TransformStripManagedFields()(o)
+			},
 		},
 	})
 	if err != nil {
@@ -71,7 +82,7 @@ func newManager(cfg *rest.Config, c Config, log logr.Logger) (ctrl.Manager, erro
 	}
 	// Informers for every kind a loop reads, so the first cache sync waits
 	// for all of them.
-	for _, obj := range append([]client.Object{&routingv1alpha1.AppRoute{}, &routingv1alpha1.DomainClaim{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(c)...) {
+	for _, obj := range append([]client.Object{&routingv1alpha1.AppRoute{}, &routingv1alpha1.DomainClaim{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &appsv1.StatefulSet{}, &corev1.Pod{}}, poolObjects(c)...) {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return nil, fmt.Errorf("watch %T: %w", obj, err)
 		}
@@ -103,4 +114,36 @@ func slimDeployment(obj any) (any, error) {
 			Generation: d.Generation, DeletionTimestamp: d.DeletionTimestamp},
 		Spec: appsv1.DeploymentSpec{Replicas: d.Spec.Replicas},
 	}, nil
+}
+
+// slimStatefulSet is slimDeployment for StatefulSets.
+func slimStatefulSet(obj any) (any, error) {
+	s, ok := obj.(*appsv1.StatefulSet)
+	if !ok {
+		return obj, nil
+	}
+	return &appsv1.StatefulSet{
+		TypeMeta: s.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion,
+			Generation: s.Generation, DeletionTimestamp: s.DeletionTimestamp},
+		Spec: appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas},
+	}, nil
+}
+
+// slimReplicas keeps of an object of a --scale-targets kind its identity
+// and spec.replicas.
+func slimReplicas(u *unstructured.Unstructured) *unstructured.Unstructured {
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(u.GetAPIVersion())
+	out.SetKind(u.GetKind())
+	out.SetName(u.GetName())
+	out.SetNamespace(u.GetNamespace())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetGeneration(u.GetGeneration())
+	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
+	if r, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "replicas"); ok {
+		out.Object["spec"] = map[string]any{"replicas": r}
+	}
+	return out
 }

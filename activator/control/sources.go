@@ -30,6 +30,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
 	"github.com/ebb-dev/ebb/internal/routing"
 	"github.com/ebb-dev/ebb/internal/staticanswer"
+	"github.com/ebb-dev/ebb/internal/workload"
 )
 
 // PlaceholderAnnotation (<suffix>/placeholder: "true" on an AppRoute, which
@@ -306,8 +307,8 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 				rt.Value.Fallback = s.fallbackAddr(ctx, r.Namespace, f)
 			}
 		}
-		if r.Spec.ScaleTargetRef.Kind == "Deployment" {
-			rt.Value.Deployment = r.Spec.ScaleTargetRef.Name
+		if ref := r.Spec.ScaleTargetRef; ref.Name != "" {
+			rt.Value.Deployment = workload.KeyOf(ref.APIVersion, ref.Kind, ref.Name)
 		}
 		var eps []proxy.Endpoint
 		if svc := s.service(ctx, r.Namespace, r.Spec.Service.Name); svc != nil && r.Spec.Service.Name != "" {

@@ -58,8 +58,9 @@ type AppConfig struct {
 	// responseHeaderTimeout and streamIdleTimeout; zero fields take the
 	// Router's.
 	Timeouts h1.Timeouts
-	// Deployment is the app's Deployment (its AppRoute's scaleTargetRef),
-	// watched during a cold start; empty for other kinds.
+	// Deployment is the app's workload (its AppRoute's scaleTargetRef) as
+	// workload.Key names it: a Deployment's name, Kind.group/name for any
+	// other kind; watched during a cold start.
 	Deployment string
 	// Wakes are the apps this app needs up before its held requests go
 	// (spec.wakes, spec.wakeOrder); nil: none. SetRoutes keeps the
