@@ -13,6 +13,8 @@ import (
 //
 // +kubebuilder:webhook:path=/inject-v1-pod,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=inject.ebb.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=5,matchPolicy=Equivalent
 
+// +kubebuilder:webhook:path=/validate-routepolicy,mutating=false,failurePolicy=fail,sideEffects=None,groups=routing.ebb.dev,resources=routepolicies,verbs=create;update,versions=v1alpha1,name=validate-routepolicy.ebb.dev,admissionReviewVersions=v1,timeoutSeconds=5,matchPolicy=Equivalent
+
 // InjectPath is the URL path of the pod-injecting webhook.
 const InjectPath = "/inject-v1-pod"
 
@@ -83,6 +85,65 @@ func Configuration(names groupsuffix.Names, o ConfigurationOptions) *admissionre
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
 			ReinvocationPolicy:      &reinvoke,
+		}},
+	}
+}
+
+// ValidatePolicyPath is the URL path of the RoutePolicy-validating webhook.
+const ValidatePolicyPath = "/validate-routepolicy"
+
+// ValidatingConfigurationName is the name of the
+// ValidatingWebhookConfiguration of an instance:
+// routepolicy-validator.<suffix>.
+func ValidatingConfigurationName(names groupsuffix.Names) string {
+	return names.ClusterScopedName("routepolicy-validator")
+}
+
+// ValidatingWebhookName is the name of the webhook in it:
+// validate-routepolicy.<suffix>.
+func ValidatingWebhookName(names groupsuffix.Names) string {
+	return "validate-routepolicy." + names.Suffix()
+}
+
+// ValidatingConfiguration is the ValidatingWebhookConfiguration of one
+// instance: its own group's RoutePolicies on CREATE and UPDATE, refused
+// when their wakes close a cycle. Its failurePolicy is always Fail, whatever
+// o says: while the webhook is down a policy is refused (and can be applied
+// again a moment later), where Ignore would let a cycle in, which the
+// webhook then only reports and leaves out of the AppRoutes. o gives the
+// timeout and the client config (the path set to ValidatePolicyPath when a
+// Service is given without one).
+func ValidatingConfiguration(names groupsuffix.Names, o ConfigurationOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	fail := admissionregistrationv1.Fail
+	timeout := o.TimeoutSeconds
+	if timeout <= 0 || timeout > MaxTimeoutSeconds {
+		timeout = MaxTimeoutSeconds
+	}
+	cc := *o.ClientConfig.DeepCopy()
+	if cc.Service != nil && cc.Service.Path == nil {
+		p := ValidatePolicyPath
+		cc.Service.Path = &p
+	}
+	sideEffects := admissionregistrationv1.SideEffectClassNone
+	match := admissionregistrationv1.Equivalent
+	scope := admissionregistrationv1.NamespacedScope
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigurationName(names)},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         ValidatingWebhookName(names),
+			ClientConfig: cc,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{names.Group()}, APIVersions: []string{"v1alpha1"}, Resources: []string{"routepolicies"}, Scope: &scope,
+				},
+			}},
+			FailurePolicy:           &fail,
+			MatchPolicy:             &match,
+			SideEffects:             &sideEffects,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
 }

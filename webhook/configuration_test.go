@@ -32,3 +32,23 @@ func TestConfigurationForAnotherSuffix(t *testing.T) {
 		t.Errorf("default failurePolicy %s, want Fail", *def.Webhooks[0].FailurePolicy)
 	}
 }
+
+// TestValidatingConfigurationForAnotherSuffix: the RoutePolicy validator
+// of an instance selects only its own group's policies, and always fails
+// closed.
+func TestValidatingConfigurationForAnotherSuffix(t *testing.T) {
+	names := groupsuffix.MustNew("team1.example.com")
+	cfg := ValidatingConfiguration(names, ConfigurationOptions{
+		FailurePolicy: admissionregistrationv1.Ignore, // not taken: a cycle must not slip in
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+			Namespace: "ebb-team1", Name: "ebb-webhook"}},
+	})
+	w := cfg.Webhooks[0]
+	got := []any{cfg.Name, w.Name, *w.FailurePolicy, *w.SideEffects, *w.ClientConfig.Service.Path, w.Rules[0].APIGroups, w.Rules[0].Resources, w.Rules[0].Operations}
+	want := []any{"routepolicy-validator.team1.example.com", "validate-routepolicy.team1.example.com", admissionregistrationv1.Fail,
+		admissionregistrationv1.SideEffectClassNone, "/validate-routepolicy", []string{"routing.team1.example.com"}, []string{"routepolicies"},
+		[]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("configuration (-want +got):\n%s", diff)
+	}
+}

@@ -41,7 +41,8 @@ import (
 )
 
 // The RBAC the webhook needs, generated into config/rbac. The controller
-// watches Deployments (their pod templates make the AppRoutes), Namespaces
+// watches Deployments and StatefulSets (their pod templates make the
+// AppRoutes; the chart adds the --scale-targets kinds), Namespaces
 // (their labels opt apps in), Services and EndpointSlices (status), the
 // pods of this instance's apps (PodsInjected), MutatingWebhookConfigurations
 // (whether another instance is installed), KEDA ScaledObjects
@@ -57,7 +58,7 @@ import (
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=routepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=routing.ebb.dev,resources=routepolicies/status,verbs=update;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
@@ -197,6 +198,12 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 			}
 			return reqs
 		})).
+		// What the apps that need an app show of it (status.dependencies):
+		// its workload scaled, its readiness, its policy (wakes,
+		// wakeableFrom). An app nothing needs brings no work.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.dependentsOfDeployment), specChanged).
+		Watches(&routingv1alpha1.AppRoute{}, handler.EnqueueRequestsFromMapFunc(r.dependentsOfRoute), builder.WithPredicates(readinessChanged)).
+		Watches(&routingv1alpha1.RoutePolicy{}, handler.EnqueueRequestsFromMapFunc(r.dependentsOfPolicy), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Labelling a namespace routes its apps; unlabelling it, or
 		// labelling it for another instance called first, removes them.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -783,6 +790,9 @@ func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.App
 	meta.SetStatusCondition(&st.Conditions, conflicted)
 	meta.SetStatusCondition(&st.Conditions, injected)
 	meta.SetStatusCondition(&st.Conditions, r.scaledBy(ctx, route))
+	if st.Dependencies, err = r.routes.dependencies(ctx, appKey{route.Namespace, route.Name}); err != nil {
+		return nil, err
+	}
 	if fallback == nil {
 		meta.RemoveStatusCondition(&st.Conditions, routingv1alpha1.ConditionFallbackReady)
 	} else {
@@ -885,6 +895,9 @@ func (r *routeReconciler) applyStatus(ctx context.Context, route *routingv1alpha
 	}
 	if len(st.HostSources) > 0 {
 		status["hostSources"] = st.HostSources // left out, the apply drops them
+	}
+	if len(st.Dependencies) > 0 {
+		status["dependencies"] = st.Dependencies
 	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": routingv1alpha1.GroupVersion(r.routes.names.Group()).String(),

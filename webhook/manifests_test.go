@@ -74,8 +74,9 @@ func readDir(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-// TestConfigurationMatchesGeneratedManifest keeps webhook.Configuration (any
-// suffix, with selectors) and the controller-gen marker in step.
+// TestConfigurationMatchesGeneratedManifest keeps webhook.Configuration and
+// webhook.ValidatingConfiguration (any suffix, with selectors) and the
+// controller-gen markers in step.
 func TestConfigurationMatchesGeneratedManifest(t *testing.T) {
 	root, err := repo.Root()
 	if err != nil {
@@ -86,8 +87,27 @@ func TestConfigurationMatchesGeneratedManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var generated admissionregistrationv1.MutatingWebhookConfiguration
-	if err := yaml.Unmarshal(b, &generated); err != nil {
-		t.Fatal(err)
+	var generatedValidating admissionregistrationv1.ValidatingWebhookConfiguration
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &kind); err != nil {
+			t.Fatal(err)
+		}
+		var into any
+		switch kind.Kind {
+		case "MutatingWebhookConfiguration":
+			into = &generated
+		case "ValidatingWebhookConfiguration":
+			into = &generatedValidating
+		default:
+			continue
+		}
+		if err := yaml.Unmarshal(doc, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(generated.Webhooks) != 1 || len(generatedValidating.Webhooks) != 1 {
+		t.Fatalf("manifests.yaml: %d mutating and %d validating webhooks, want one of each", len(generated.Webhooks), len(generatedValidating.Webhooks))
 	}
 	names := groupsuffix.MustNew(groupsuffix.Default)
 	built := webhook.Configuration(names, webhook.ConfigurationOptions{ClientConfig: *generated.Webhooks[0].ClientConfig.DeepCopy()})
@@ -97,5 +117,11 @@ func TestConfigurationMatchesGeneratedManifest(t *testing.T) {
 	got.Rules[0].Scope = nil
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Configuration differs from config/webhook/manifests.yaml (-generated +built):\n%s", diff)
+	}
+	validating := webhook.ValidatingConfiguration(names, webhook.ConfigurationOptions{ClientConfig: *generatedValidating.Webhooks[0].ClientConfig.DeepCopy()})
+	gotV := validating.Webhooks[0]
+	gotV.Rules[0].Scope = nil
+	if diff := cmp.Diff(generatedValidating.Webhooks[0], gotV); diff != "" {
+		t.Errorf("ValidatingConfiguration differs from config/webhook/manifests.yaml (-generated +built):\n%s", diff)
 	}
 }

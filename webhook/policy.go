@@ -83,6 +83,9 @@ func (p *policies) index(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("index RoutePolicies by ConfigMap: %w", err)
 	}
+	if err := idx.IndexField(ctx, &routingv1alpha1.RoutePolicy{}, policyWakesIndex, indexWakes); err != nil {
+		return fmt.Errorf("index RoutePolicies by spec.wakes: %w", err)
+	}
 	return nil
 }
 
@@ -225,7 +228,8 @@ func (p *policies) read(ctx context.Context, key pageKey, missing string) (page,
 // policyReconciler writes each RoutePolicy's Accepted condition: True once
 // it is its app's policy and all of it can be copied into the app's
 // AppRoute, False with the reason it is not (Superseded by an older policy
-// of the app, NoSuchApp, InvalidStaticResponses, PlaceholderUnavailable).
+// of the app, NoSuchApp, InvalidStaticResponses, PlaceholderUnavailable,
+// DependencyCycle).
 // The route controller copies the policy into the route from the same
 // reads. Its status is written only when it changes.
 type policyReconciler struct {
@@ -254,6 +258,10 @@ func (r *policyReconciler) setup(mgr ctrl.Manager) error {
 		Watches(&routingv1alpha1.RoutePolicy{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return ofApp(ctx, o.GetNamespace(), o.(*routingv1alpha1.RoutePolicy).Spec.App)
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The policies of the apps that need its app: their wakes may now
+		// close a cycle through it, or no longer.
+		Watches(&routingv1alpha1.RoutePolicy{}, handler.EnqueueRequestsFromMapFunc(r.policiesNeeding),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// An app's route created or deleted.
 		Watches(&routingv1alpha1.AppRoute{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return ofApp(ctx, o.GetNamespace(), o.GetName())
@@ -371,6 +379,15 @@ func (r *policyReconciler) accepted(ctx context.Context, pol *routingv1alpha1.Ro
 	if problem != "" {
 		cond.Reason = "PlaceholderUnavailable"
 		cond.Message = "spec.placeholder: " + problem + "; until then the app has no placeholder page"
+		return cond, nil
+	}
+	cycle, err := r.policies.policyCycle(ctx, pol)
+	if err != nil {
+		return cond, err
+	}
+	if cycle != nil {
+		cond.Reason = "DependencyCycle"
+		cond.Message = cycleMessage(cycle) + "; until then none of this policy's wakes is copied into AppRoute " + pol.Spec.App
 		return cond, nil
 	}
 	cond.Status, cond.Reason = metav1.ConditionTrue, "Accepted"

@@ -173,7 +173,7 @@ func (r *routes) withPolicy(ctx context.Context, route *routingv1alpha1.AppRoute
 		return err
 	}
 	route.Spec.Placeholder = ph
-	return nil
+	return r.policies.withWakes(ctx, route, pol)
 }
 
 // routeLabels are the AppRoute's labels: the <suffix>/route-labels of the

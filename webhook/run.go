@@ -117,6 +117,7 @@ func Run(ctx context.Context, opts Options) error {
 	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
 		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme), policies: pols},
 	})
+	mgr.GetWebhookServer().Register(ValidatePolicyPath, &admission.Webhook{Handler: &policyValidator{policies: pols}})
 	if err := rec.setup(ctx, mgr); err != nil {
 		return fmt.Errorf("set up AppRoute controller: %w", err)
 	}
@@ -176,7 +177,8 @@ func selfSignedOptions(names groupsuffix.Names, opts Options) selfsigned.Options
 		CommonName: "ebb-webhook-ca." + names.Suffix(),
 		Hosts:      append(selfsigned.ServiceHosts(opts.ServiceName, opts.Namespace), opts.ExtraSANs...),
 		CertDir:    opts.CertDir, CertName: opts.CertName, KeyName: opts.KeyName,
-		WebhookConfiguration: ConfigurationName(names),
+		WebhookConfiguration:           ConfigurationName(names),
+		ValidatingWebhookConfiguration: ValidatingConfigurationName(names),
 	}
 }
 

@@ -52,6 +52,10 @@ type Options struct {
 	// WebhookConfiguration is the MutatingWebhookConfiguration whose webhooks
 	// get the CA as caBundle.
 	WebhookConfiguration string
+	// ValidatingWebhookConfiguration, when set, is the
+	// ValidatingWebhookConfiguration whose webhooks get it too: the same
+	// server answers both.
+	ValidatingWebhookConfiguration string
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
 }
@@ -90,6 +94,11 @@ func Ensure(ctx context.Context, c client.Client, o Options) (time.Time, error) 
 	}
 	if err := patchCABundle(ctx, c, o.WebhookConfiguration, bundle.caPEM); err != nil {
 		return time.Time{}, err
+	}
+	if o.ValidatingWebhookConfiguration != "" {
+		if err := patchValidatingCABundle(ctx, c, o.ValidatingWebhookConfiguration, bundle.caPEM); err != nil {
+			return time.Time{}, err
+		}
 	}
 	return bundle.notAfter, nil
 }
@@ -308,6 +317,28 @@ func patchCABundle(ctx context.Context, c client.Client, name string, caPEM []by
 	}
 	if err := c.Patch(ctx, &mwc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("set caBundle of MutatingWebhookConfiguration %s: %w", name, err)
+	}
+	return nil
+}
+
+func patchValidatingCABundle(ctx context.Context, c client.Client, name string, caPEM []byte) error {
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &vwc); err != nil {
+		return fmt.Errorf("get ValidatingWebhookConfiguration %s (install it before the webhook starts): %w", name, err)
+	}
+	orig := vwc.DeepCopy()
+	changed := false
+	for i := range vwc.Webhooks {
+		if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, caPEM) {
+			vwc.Webhooks[i].ClientConfig.CABundle = caPEM
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := c.Patch(ctx, &vwc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("set caBundle of ValidatingWebhookConfiguration %s: %w", name, err)
 	}
 	return nil
 }

@@ -132,13 +132,20 @@ func prepare(names groupsuffix.Names, failurePolicy admissionregistrationv1.Fail
 		FailurePolicy: failurePolicy,
 		ClientConfig:  admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "ebb-webhook", Namespace: "ebb-system", Path: &path}},
 	})
-	wio := &envtest.WebhookInstallOptions{MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{mwc}, LocalServingHost: "127.0.0.1"}
+	vpath := webhook.ValidatePolicyPath
+	vwc := webhook.ValidatingConfiguration(names, webhook.ConfigurationOptions{
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "ebb-webhook", Namespace: "ebb-system", Path: &vpath}},
+	})
+	wio := &envtest.WebhookInstallOptions{MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{mwc},
+		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{vwc}, LocalServingHost: "127.0.0.1"}
 	if err := wio.PrepWithoutInstalling(); err != nil {
 		return nil, fmt.Errorf("prepare webhook install: %w", err)
 	}
 	// envtest joins host:port and the path with an extra slash; use the
-	// clean URL.
+	// clean URLs.
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", wio.LocalServingPort, path)
 	mwc.Webhooks[0].ClientConfig.URL = &url
+	vurl := fmt.Sprintf("https://127.0.0.1:%d%s", wio.LocalServingPort, vpath)
+	vwc.Webhooks[0].ClientConfig.URL = &vurl
 	return wio, nil
 }

@@ -247,6 +247,11 @@ func StartSelfSignedInstance(env *Env, suffix, namespace string, failurePolicy a
 	if err := c.Create(ctx, mwc); err != nil {
 		return nil, fmt.Errorf("create webhook configuration: %w", err)
 	}
+	vurl := fmt.Sprintf("https://127.0.0.1:%d%s", port, webhook.ValidatePolicyPath)
+	vwc := webhook.ValidatingConfiguration(names, webhook.ConfigurationOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &vurl}})
+	if err := c.Create(ctx, vwc); err != nil {
+		return nil, fmt.Errorf("create validating webhook configuration: %w", err)
+	}
 	certDir, err := os.MkdirTemp("", "ebb-webhook-selfsigned-")
 	if err != nil {
 		return nil, fmt.Errorf("cert dir: %w", err)

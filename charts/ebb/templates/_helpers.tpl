@@ -50,6 +50,12 @@ name carries the suffix but not the release.
 sidecar-injector.{{ include "ebb.suffix" . }}
 {{- end -}}
 
+{{/* The ValidatingWebhookConfiguration's, fixed the same way
+(webhook.ValidatingConfigurationName). */}}
+{{- define "ebb.validatingConfigurationName" -}}
+routepolicy-validator.{{ include "ebb.suffix" . }}
+{{- end -}}
+
 {{- define "ebb.webhookServiceName" -}}{{ include "ebb.componentName" (list . "webhook") }}{{- end -}}
 {{- define "ebb.scalerServiceName" -}}{{ include "ebb.componentName" (list . "scaler") }}{{- end -}}
 {{- define "ebb.certManagerSecretName" -}}{{ include "ebb.componentName" (list . "webhook-tls") }}{{- end -}}
@@ -218,3 +224,16 @@ app.kubernetes.io/component: activator
 {{- end -}}
 {{- join "," $parts -}}
 {{- end -}}
+
+{{/*
+ebb.scaleTargetRules: RBAC rules reading each scaleTargets kind
+(<resource>.<group>): get, list, watch.
+*/}}
+{{- define "ebb.scaleTargetRules" -}}
+{{- range .Values.scaleTargets }}
+{{- $parts := splitn "." 2 . }}
+  - apiGroups: [{{ $parts._1 | quote }}]
+    resources: [{{ $parts._0 | quote }}]
+    verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end }}

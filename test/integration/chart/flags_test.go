@@ -26,7 +26,8 @@ var flagReleases = []release{
 		"logFormat=text", "logLevel=debug", "scaler.port=9191", "activator.port=8888", "sidecar.adminPort=9022",
 		"sidecar.resources.limits.cpu=1", "activator.coldStartTimeout=30s", "activator.queueSize=50", "activator.maxHeld=500",
 		"activator.pools[0].name=gold", "activator.pools[0].maxHeld=900", "activator.pools[0].routeSelector.matchLabels.tier=gold",
-		"activator.drainTimeout=45s", "webhook.adminPort=9081", "webhook.metricsPort=9080"}},
+		"activator.drainTimeout=45s", "webhook.adminPort=9081", "webhook.metricsPort=9080",
+		"scaleTargets={workers.example.com,rollouts.argoproj.io}"}},
 }
 
 // TestArgsParse runs each Deployment's args and env through the binary's
@@ -40,6 +41,10 @@ func TestArgsParse(t *testing.T) {
 			suffix = "team1.example.com"
 		}
 		prefix := fullname(r)
+		var wantTargets []string // scaleTargets, as both binaries take them
+		if r.name == "team1" {
+			wantTargets = []string{"workers.example.com", "rollouts.argoproj.io"}
+		}
 		wantLog := logging.Options{Level: "info", Format: "json"}
 		if r.name == "team1" {
 			wantLog = logging.Options{Level: "debug", Format: "text"}
@@ -59,6 +64,9 @@ func TestArgsParse(t *testing.T) {
 			}
 			if o.Log != wantLog || !o.LeaderElect {
 				t.Errorf("activator logs %+v (want %+v), leader election %v", o.Log, wantLog, o.LeaderElect)
+			}
+			if d := cmp.Diff(wantTargets, o.ScaleTargets); d != "" {
+				t.Errorf("activator --scale-targets (-want +got):\n%s", d)
 			}
 			if o.GroupSuffix != suffix || o.ScalerService != r.namespace+"/"+prefix+"-scaler:grpc" {
 				t.Errorf("activator suffix %q, scaler service %q", o.GroupSuffix, o.ScalerService)
@@ -122,6 +130,9 @@ func TestArgsParse(t *testing.T) {
 			if o.Log != wantLog {
 				t.Errorf("webhook logs %+v, want %+v", o.Log, wantLog)
 			}
+			if d := cmp.Diff(wantTargets, o.ScaleTargets); d != "" {
+				t.Errorf("webhook --scale-targets (-want +got):\n%s", d)
+			}
 			if o.GroupSuffix != suffix || o.WebhookPort != containerPort(t, d, "webhook") {
 				t.Errorf("webhook suffix %q, port %d", o.GroupSuffix, o.WebhookPort)
 			}
@@ -153,6 +164,20 @@ func TestArgsParse(t *testing.T) {
 			})
 			if diff := cmp.Diff(want.Webhooks, gotMWC.Webhooks); diff != "" {
 				t.Errorf("webhooks differ from webhook.Configuration (-code +chart):\n%s", diff)
+			}
+			gotV := find(t, objs, "ValidatingWebhookConfiguration", webhook.ValidatingConfigurationName(names))
+			var gotVWC admissionregistrationv1.ValidatingWebhookConfiguration
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(gotV.Object, &gotVWC); err != nil {
+				t.Fatal(err)
+			}
+			wantV := webhook.ValidatingConfiguration(names, webhook.ConfigurationOptions{
+				TimeoutSeconds: 5,
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+					Namespace: r.namespace, Name: prefix + "-webhook", Port: &port,
+				}},
+			})
+			if diff := cmp.Diff(wantV.Webhooks, gotVWC.Webhooks); diff != "" {
+				t.Errorf("validating webhooks differ from webhook.ValidatingConfiguration (-code +chart):\n%s", diff)
 			}
 		})
 	}

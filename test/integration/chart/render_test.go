@@ -84,6 +84,7 @@ func TestRenderDefault(t *testing.T) {
 		"ServiceAccount ebb-system/ebb-activator",
 		"ServiceAccount ebb-system/ebb-scaler",
 		"ServiceAccount ebb-system/ebb-webhook",
+		"ValidatingWebhookConfiguration routepolicy-validator.ebb.dev",
 	}
 	if diff := cmp.Diff(want, ids(objs)); diff != "" {
 		t.Errorf("objects (-want +got):\n%s", diff)
