@@ -209,27 +209,35 @@ func checkEveryHop(t *testing.T, c *chain, r install.Result) {
 	t.Logf("one request at zero: 200 after %s, served by %s", r.Took.Round(time.Millisecond), strings.Join(hops, " → "))
 }
 
-// checkDependenciesPhase checks that frontend's status.lastColdStart, of
-// the cold start r began, has the Dependencies phase, and returns it.
-func checkDependenciesPhase(t *testing.T, c *chain, r install.Result) time.Duration {
+// checkColdStarts checks that each app of the chain recorded the cold
+// start r began (status.lastColdStart: api and db woken for frontend have
+// one of their own) and that frontend's has the Dependencies phase, which
+// it returns.
+func checkColdStarts(t *testing.T, c *chain, r install.Result) time.Duration {
 	t.Helper()
-	cs, err := waitColdStart(t.Context(), c.apps["frontend"], r.Sent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var phases []string
 	var deps time.Duration
-	found := false
-	for _, p := range cs.Phases {
-		phases = append(phases, fmt.Sprintf("%s %s", p.Name, p.Duration.Duration.Round(time.Millisecond)))
-		if p.Name == "Dependencies" {
-			deps, found = p.Duration.Duration, true
+	for _, a := range c.each() {
+		cs, err := waitColdStart(t.Context(), a, r.Sent)
+		if err != nil {
+			t.Errorf("%s: %v", a.Name, err)
+			continue
 		}
+		var phases []string
+		found := false
+		for _, p := range cs.Phases {
+			phases = append(phases, fmt.Sprintf("%s %s", p.Name, p.Duration.Duration.Round(time.Millisecond)))
+			if p.Name == "Dependencies" {
+				found = true
+				if a.Name == "frontend" {
+					deps = p.Duration.Duration
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s's status.lastColdStart has no Dependencies phase: %s", a.Name, strings.Join(phases, ", "))
+		}
+		t.Logf("%s's status.lastColdStart: began %s, total %s: %s", a.Name, cs.Began.Format("15:04:05.000"), cs.Total.Duration.Round(time.Millisecond), strings.Join(phases, ", "))
 	}
-	if !found {
-		t.Errorf("frontend's status.lastColdStart has no Dependencies phase: %s", strings.Join(phases, ", "))
-	}
-	t.Logf("frontend's status.lastColdStart: total %s: %s", cs.Total.Duration.Round(time.Millisecond), strings.Join(phases, ", "))
 	return deps
 }
 
@@ -285,9 +293,9 @@ func sampleScalerIdle(ctx context.Context, ns, app string) *scalerIdleSampler {
 
 // serveFromZero applies the README's policies to c with wakeOrder order,
 // sends one request to frontend with the chain at zero, and checks that
-// every hop is served, that frontend's last cold start has the
-// Dependencies phase and that its status.dependencies shows api and db
-// Ready. It returns each app's cold-start timeline, the Dependencies
+// every hop is served, that each app recorded its cold start, frontend's
+// with the Dependencies phase, and that frontend's status.dependencies
+// shows api and db Ready. It returns each app's cold-start timeline, the Dependencies
 // phase, and the record of the chain's way back to zero, begun at the
 // answer.
 func serveFromZero(t *testing.T, c *chain, order routingv1alpha1.WakeOrder) (map[string]*install.Timeline, time.Duration, *scaleDown) {
@@ -296,7 +304,7 @@ func serveFromZero(t *testing.T, c *chain, order routingv1alpha1.WakeOrder) (map
 	r, tls := wakeChain(t, c)
 	down := watchScaleDown(t.Context(), c)
 	checkEveryHop(t, c, r)
-	deps := checkDependenciesPhase(t, c, r)
+	deps := checkColdStarts(t, c, r)
 	if route, err := waitDependencies(t.Context(), c, routingv1alpha1.DependencyReady); err != nil {
 		t.Error(err)
 	} else {
@@ -390,8 +398,9 @@ func (d *scaleDown) check(t *testing.T) {
 //   - before any request, frontend's status.dependencies shows api (needed
 //     by frontend) and db (needed by api) AtZero;
 //   - ONE request to frontend is answered 200, with a pod of frontend, of
-//     api and of db named in the answer (each hop served); frontend's
-//     status.lastColdStart has the Dependencies phase, and
+//     api and of db named in the answer (each hop served); each app's
+//     status.lastColdStart records that wake, frontend's with the
+//     Dependencies phase, and
 //     status.dependencies shows both Ready;
 //   - Together scales all three up before any of them answers; Ordered
 //     scales api up only after db's app answers its readiness path, and
