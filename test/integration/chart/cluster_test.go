@@ -181,7 +181,7 @@ func TestRBAC(t *testing.T) {
 	c := lc
 	for _, selfSigned := range []bool{true, false} {
 		r := release{name: "rbac", namespace: "rbac-cm", sets: []string{"groupSuffix=rbac-cm.example.com", "activator.pools[0].name=gold",
-			"federation.enabled=true", "federation.member.enabled=true"}}
+			"federation.enabled=true", "federation.member.enabled=true", "scaleTargets={workers.example.com}"}}
 		if selfSigned {
 			r = release{name: "rbac", namespace: "rbac-self", sets: []string{"groupSuffix=rbac-self.example.com", "certManager.enabled=false"}}
 		}
@@ -308,6 +308,10 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"create", "discovery.k8s.io", "endpointslices", "", "shop", ""}, {"patch", "discovery.k8s.io", "endpointslices", "", "shop", "hello-ebb"},
 		{"delete", "discovery.k8s.io", "endpointslices", "", "shop", "hello-ebb"},
 		{"list", "apps", "deployments", "", "", ""}, {"watch", "apps", "deployments", "", "", ""},
+		// Any workload's replicas: the hand-off's "scaled to 0", a cold
+		// start's "scaled" phase.
+		{"get", "apps", "deployments", "", "shop", "hello"},
+		{"get", "apps", "statefulsets", "", "shop", "hello"}, {"list", "apps", "statefulsets", "", "", ""}, {"watch", "apps", "statefulsets", "", "", ""},
 		{"list", "", "pods", "", ns, ""}, {"watch", "", "pods", "", ns, ""},
 		{"watch", "", "pods", "", "shop", ""},                                           // a cold start's pods, by the app's label
 		{"list", "", "configmaps", "", ns, ""}, {"watch", "", "configmaps", "", ns, ""}, // the pools' selectors
@@ -318,7 +322,24 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 	if !selfSigned {
 		activatorAllowed = append(activatorAllowed, lease("activator-gold."+suffix)...)
 	}
-	activatorDenied := []access{
+	// The scaleTargets kinds (workers.example.com in the release with
+	// pools): read by the webhook and the activators, never written; no
+	// access to them without the value.
+	workers := []access{{"get", "example.com", "workers", "", "shop", "hello"}, {"list", "example.com", "workers", "", "", ""}, {"watch", "example.com", "workers", "", "", ""}}
+	workerWrites := []access{{"update", "example.com", "workers", "", "shop", "hello"}, {"patch", "example.com", "workers", "scale", "shop", "hello"}}
+	webhookDenied = append(webhookDenied, workerWrites...)
+	if selfSigned {
+		webhookDenied = append(webhookDenied, workers...)
+	} else {
+		webhookAllowed = append(webhookAllowed, workers...)
+	}
+	activatorDenied := append([]access{}, workerWrites...)
+	if selfSigned {
+		activatorDenied = append(activatorDenied, workers...)
+	} else {
+		activatorAllowed = append(activatorAllowed, workers...)
+	}
+	activatorDenied = append(activatorDenied, []access{
 		{"list", "", "pods", "", "", ""}, {"list", "", "pods", "", "shop", ""},
 		{"list", "", "configmaps", "", "shop", ""}, {"update", "", "configmaps", "", ns, ""},
 		{"update", "coordination.k8s.io", "leases", "", ns, "activator-silver." + suffix},
@@ -328,13 +349,16 @@ func testRBAC(t *testing.T, c *cluster.Cluster, r release, selfSigned bool) {
 		{"update", "coordination.k8s.io", "leases", "", ns, "ebb-webhook." + suffix},
 		{"create", group, "domainclaims", "", "", ""}, {"update", group, "domainclaims", "", "", "shop.example.com"},
 		{"list", "routing.ebb.dev", "domainclaims", "", "", ""},
-	}
+	}...)
 
 	scalerAllowed := []access{{"list", "", "pods", "", "", ""}, {"watch", "", "pods", "", "", ""},
 		{"get", group, "approutes", "", "shop", "hello"}, {"list", group, "approutes", "", "shop", ""},
 		{"watch", group, "approutes", "", "", ""}, {"patch", group, "approutes", "status", "shop", "hello"},
-		{"get", "keda.sh", "scaledobjects", "", "shop", "hello"}, {"create", "events.k8s.io", "events", "", "shop", ""}}
+		{"get", "keda.sh", "scaledobjects", "", "shop", "hello"}, {"create", "events.k8s.io", "events", "", "shop", ""},
+		// ScaledObjects watched for their Active condition (KeptUpByAnotherTrigger).
+		{"list", "keda.sh", "scaledobjects", "", "", ""}, {"watch", "keda.sh", "scaledobjects", "", "", ""}}
 	scalerDenied := []access{
+		{"patch", "keda.sh", "scaledobjects", "", "shop", "hello"}, {"update", "keda.sh", "scaledobjects", "", "shop", "hello"},
 		{"get", "", "pods", "", "shop", "hello"}, {"create", "", "pods", "", "shop", ""}, {"list", "", "services", "", "", ""},
 		{"list", "routing.ebb.dev", "approutes", "", "shop", ""}, {"update", group, "approutes", "", "shop", "hello"},
 		{"patch", group, "approutes", "", "shop", "hello"}, {"update", group, "approutes", "status", "shop", "hello"},
