@@ -57,7 +57,7 @@ func idleOf(p params, f figures) Idleness {
 	active := float64(f.concurrency()) > p.activation
 	switch {
 	case f.bypassedPods > 0:
-		return Idleness{Idle: false, Reason: ReasonSidecarBypassed, Message: fmt.Sprintf("%d running pod(s) of app %s have no sidecar: ebb cannot see their requests, so it keeps the app active. Label the namespace for injection and restart the Deployment (kubectl rollout restart).", f.bypassedPods, p.app.Name)}
+		return Idleness{Idle: false, Reason: ReasonSidecarBypassed, Message: fmt.Sprintf("%d running pod(s) of app %s have no sidecar: ebb cannot see their requests, so it keeps the app active. Label the namespace for injection and restart the app's pods (kubectl rollout restart, or delete them for a kind it does not know).", f.bypassedPods, p.app.Name)}
 	case active && f.held > 0:
 		return Idleness{Idle: false, Reason: ReasonRequestsHeld, Message: fmt.Sprintf("%d request(s) held by the activator: a cold start is under way.", f.held)}
 	case active && f.inFlight > 0:

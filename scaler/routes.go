@@ -154,7 +154,7 @@ func (c *routeCheck) check(k appKey) error {
 	}
 	known := c.routes.namesIn(k.Namespace)
 	if len(known) == 0 {
-		return status.Errorf(codes.InvalidArgument, "app %q: namespace %s has no AppRoute of ebb instance %s: label the namespace %s=%s and the Deployment's pod template %s=%s",
+		return status.Errorf(codes.InvalidArgument, "app %q: namespace %s has no AppRoute of ebb instance %s: label the namespace %s=%s and the workload's pod template %s=%s",
 			k.Name, k.Namespace, c.names.Suffix(), c.names.InjectLabel(), groupsuffix.InjectEnabled, c.names.AppLabel(), k.Name)
 	}
 	return status.Errorf(codes.InvalidArgument, "app %q: no AppRoute %s in namespace %s (the app is the pod template's label %s); its apps are: %s",

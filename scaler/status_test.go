@@ -51,7 +51,7 @@ func TestAdminEndpoints(t *testing.T) {
 			{Namespace: ns, App: "hello", Concurrency: 5, InFlight: 4, Held: 1, Window: "1m0s", Pods: 1, ReadyPods: 1, Active: true,
 				Idle: Idleness{Reason: ReasonRequestsHeld, Message: "1 request(s) held by the activator: a cold start is under way."}},
 			{Namespace: ns, App: "legacy", Window: "1m0s", BypassedPods: 1, Active: true,
-				Idle: Idleness{Reason: ReasonSidecarBypassed, Message: "1 running pod(s) of app legacy have no sidecar: ebb cannot see their requests, so it keeps the app active. Label the namespace for injection and restart the Deployment (kubectl rollout restart)."}},
+				Idle: Idleness{Reason: ReasonSidecarBypassed, Message: "1 running pod(s) of app legacy have no sidecar: ebb cannot see their requests, so it keeps the app active. Label the namespace for injection and restart the app's pods (kubectl rollout restart, or delete them for a kind it does not know)."}},
 		},
 		Activators: []holdpush.ActivatorStatus{{Activator: "ebb-system/activator-0", Streams: 1, Apps: 1, Held: 1}},
 	}
