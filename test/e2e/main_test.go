@@ -12,6 +12,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/tracing/tracingtest"
 	"github.com/ebb-dev/ebb/test/cluster"
 	"github.com/ebb-dev/ebb/test/e2e/install"
+	"github.com/ebb-dev/ebb/test/workers"
 )
 
 // lc is the local cluster every test of this package shares, and ebb the
@@ -27,7 +28,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true, AuditLog: true, Traefik: true, Logf: logf}, func(ctx context.Context, c *cluster.Cluster) error {
+	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true, AuditLog: true, Traefik: true, Workers: true, Logf: logf}, func(ctx context.Context, c *cluster.Cluster) error {
 		lc = c
 		// EBB_E2E_SET adds --set values (space-separated), e.g. to try another
 		// image of a component: activator.image.tag=head.
@@ -35,7 +36,9 @@ func TestMain(m *testing.M) {
 		if otlp, err = tracingtest.Start(net.JoinHostPort(cluster.BridgeIP, "0")); err != nil {
 			return err
 		}
-		set := append([]string{"tracing.endpoint=" + otlp.URL(), "tracing.samplingRatio=0"}, poolValues...)
+		// The tests' own Worker kind (cluster.Options.Workers) is routed
+		// as a custom scale target (TestCustomScaleTarget).
+		set := append([]string{"tracing.endpoint=" + otlp.URL(), "tracing.samplingRatio=0", "scaleTargets={" + workers.ScaleTarget + "}"}, poolValues...)
 		set = append(set, strings.Fields(os.Getenv("EBB_E2E_SET"))...)
 		ebb, err = install.Install(ctx, c, install.Options{Logf: logf, Set: set})
 		if err != nil {
