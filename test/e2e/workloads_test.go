@@ -543,13 +543,13 @@ func readySince(p *corev1.Pod) time.Time {
 	return time.Time{}
 }
 
-// TestScaleTargetColdStartFigure: the cold start of one request at zero
-// for the README's Deployment (the complete example), StatefulSet and
-// Worker, the same pod template each, 3 apps of each kind woken in turn,
+// TestCustomScaleTargetColdStartFigure: the cold start of one request at
+// zero for the README's Worker and StatefulSet against its Deployment (the
+// complete example), the same pod template each, 3 apps of each kind woken in turn,
 // interleaved, in one run: what the client saw (held → 200) and what the
 // activator recorded (status.lastColdStart), medians by kind, and each
 // kind's ÷ the Deployment's.
-func TestScaleTargetColdStartFigure(t *testing.T) {
+func TestCustomScaleTargetColdStartFigure(t *testing.T) {
 	const ns, samples = "e2e-workload-figure", 3
 	kinds := []struct{ kind, example, app string }{
 		{"Deployment", readmeExample(t), "hello"},
