@@ -28,18 +28,11 @@ import (
 	"github.com/ebb-dev/ebb/internal/workload"
 )
 
-// The route controller's requests name a workload of any kind: a
-// Deployment by its name alone (as before StatefulSets and custom kinds
-// were routed: requests queued by an older replica's watches mean the
-// same), any other kind as Kind.group/name, which no object name can be
-// (a name holds no slash).
-
-// workloadRequest is the route controller's request for workload gk/name.
+// workloadRequest is the route controller's request for workload gk/name:
+// its name is workload.Key's, a Deployment's name alone (as before other
+// kinds were routed), Kind.group/name for any other kind.
 func workloadRequest(namespace string, gk schema.GroupKind, name string) reconcile.Request {
-	if gk != workload.Deployment.GroupKind() {
-		name = gk.Kind + "." + gk.Group + "/" + name
-	}
-	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: workload.Key(gk, name)}}
 }
 
 // targetRequest is the request of the workload route.spec.scaleTargetRef
@@ -55,21 +48,7 @@ func targetRequest(route *routingv1alpha1.AppRoute) (reconcile.Request, bool) {
 // targetKind is the group and kind a scaleTargetRef names (an empty one:
 // a Deployment, the CRD's default).
 func targetKind(ref routingv1alpha1.ScaleTargetReference) schema.GroupKind {
-	if ref.Kind == "" {
-		return workload.Deployment.GroupKind()
-	}
-	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
-	return schema.GroupKind{Group: gv.Group, Kind: ref.Kind}
-}
-
-// parseWorkloadRequest undoes workloadRequest.
-func parseWorkloadRequest(name string) (schema.GroupKind, string) {
-	kg, n, ok := strings.Cut(name, "/")
-	if !ok {
-		return workload.Deployment.GroupKind(), name
-	}
-	k, g, _ := strings.Cut(kg, ".")
-	return schema.GroupKind{Group: g, Kind: k}, n
+	return workload.GroupKindOf(ref.APIVersion, ref.Kind)
 }
 
 // resyncEvent is a generic event that brings the reconcile of req.
@@ -130,7 +109,7 @@ func (w *workloads) kindOf(gk schema.GroupKind) *customKind {
 // get is the workload req names, nil if it is gone, of a kind not
 // routed, or not served.
 func (w *workloads) get(ctx context.Context, req reconcile.Request) (*workload.Workload, error) {
-	gk, name := parseWorkloadRequest(req.Name)
+	gk, name := workload.ParseKey(req.Name)
 	key := types.NamespacedName{Namespace: req.Namespace, Name: name}
 	switch gk {
 	case workload.Deployment.GroupKind():
