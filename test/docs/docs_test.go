@@ -476,3 +476,58 @@ func TestValueNamesInText(t *testing.T) {
 		t.Fatal("found no chart value named in the docs")
 	}
 }
+
+// TestFeatureTable: each row of the README's table of what ebb does names
+// tests that exist, outside the benchmark programs, so no row is a claim
+// without a test behind it.
+func TestFeatureTable(t *testing.T) {
+	table := section(t, read(t, "README.md"), "### What it does, and the test that shows it")
+	tests := map[string]bool{}
+	root := repo.MustRoot(t)
+	decl := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() && (rel == "bin" || strings.HasPrefix(d.Name(), ".") || rel == filepath.Join("test", "bench")) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			tests[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`(Test\\w+)`")
+	rows := 0
+	for _, l := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(l, "| ") || strings.HasPrefix(l, "| ebb |") {
+			continue
+		}
+		rows++
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		last := cells[len(cells)-1]
+		names := named.FindAllStringSubmatch(last, -1)
+		if len(names) == 0 {
+			t.Errorf("row %q names no test", cells[0])
+		}
+		for _, n := range names {
+			if !tests[n[1]] {
+				t.Errorf("row %q: no test %s in the repository", cells[0], n[1])
+			}
+		}
+	}
+	if rows < 10 {
+		t.Errorf("the table has %d rows; want the whole table (≥ 10)", rows)
+	}
+}
