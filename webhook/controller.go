@@ -137,9 +137,11 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 		// Another workload claiming the same app name may win or lose the
 		// AppRoute when this one changes or goes. StatefulSets come only
 		// so (their requests name their kind: workloadRequest), and the
-		// listed custom kinds once served (watchCustomKinds).
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.workloadClaimants), specChanged).
-		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.workloadClaimants), specChanged).
+		// listed custom kinds once served (watchCustomKinds). The apps
+		// that need its app come too: their status.dependencies show
+		// whether it is scaled up (workloadChanged).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.workloadChanged), specChanged).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.workloadChanged), specChanged).
 		Watches(&routingv1alpha1.AppRoute{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			route, ok := o.(*routingv1alpha1.AppRoute)
 			if !ok {
@@ -199,9 +201,9 @@ func (r *routeReconciler) setup(ctx context.Context, mgr ctrl.Manager) error {
 			return reqs
 		})).
 		// What the apps that need an app show of it (status.dependencies):
-		// its workload scaled, its readiness, its policy (wakes,
-		// wakeableFrom). An app nothing needs brings no work.
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.dependentsOfDeployment), specChanged).
+		// its workload scaled (the workload watches above), its readiness,
+		// its policy (wakes, wakeableFrom). An app nothing needs brings no
+		// work.
 		Watches(&routingv1alpha1.AppRoute{}, handler.EnqueueRequestsFromMapFunc(r.dependentsOfRoute), builder.WithPredicates(readinessChanged)).
 		Watches(&routingv1alpha1.RoutePolicy{}, handler.EnqueueRequestsFromMapFunc(r.dependentsOfPolicy), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Labelling a namespace routes its apps; unlabelling it, or
@@ -790,7 +792,7 @@ func (r *routeReconciler) status(ctx context.Context, route *routingv1alpha1.App
 	meta.SetStatusCondition(&st.Conditions, conflicted)
 	meta.SetStatusCondition(&st.Conditions, injected)
 	meta.SetStatusCondition(&st.Conditions, r.scaledBy(ctx, route))
-	if st.Dependencies, err = r.routes.dependencies(ctx, appKey{route.Namespace, route.Name}); err != nil {
+	if st.Dependencies, err = r.dependencies(ctx, appKey{route.Namespace, route.Name}); err != nil {
 		return nil, err
 	}
 	if fallback == nil {

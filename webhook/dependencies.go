@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -196,8 +195,9 @@ func (p *policies) withWakes(ctx context.Context, route *routingv1alpha1.AppRout
 // (NotPermitted) though it is not in spec.wakes; such an app and a Missing
 // one are not walked further, nor the wakes of a policy on a cycle (none
 // of them is copied). All reads are from the cache.
-func (r *routes) dependencies(ctx context.Context, root appKey) ([]routingv1alpha1.DependencyStatus, error) {
-	if r.policies == nil {
+func (r *routeReconciler) dependencies(ctx context.Context, root appKey) ([]routingv1alpha1.DependencyStatus, error) {
+	pols := r.routes.policies
+	if pols == nil {
 		return nil, nil
 	}
 	type node struct {
@@ -213,7 +213,7 @@ func (r *routes) dependencies(ctx context.Context, root appKey) ([]routingv1alph
 	for len(queue) > 0 {
 		parent := queue[0]
 		queue = queue[1:]
-		all, err := r.policies.forApp(ctx, parent.namespace, parent.app)
+		all, err := pols.forApp(ctx, parent.namespace, parent.app)
 		if err != nil {
 			return nil, err
 		}
@@ -222,7 +222,7 @@ func (r *routes) dependencies(ctx context.Context, root appKey) ([]routingv1alph
 		}
 		pol := &all[0]
 		// An app whose wakes close a cycle wakes none of them (withWakes).
-		if cycle, err := r.policies.policyCycle(ctx, pol); err != nil || cycle != nil {
+		if cycle, err := pols.policyCycle(ctx, pol); err != nil || cycle != nil {
 			if err != nil {
 				return nil, err
 			}
@@ -237,7 +237,7 @@ func (r *routes) dependencies(ctx context.Context, root appKey) ([]routingv1alph
 			}
 			seen[k] = true
 			d := routingv1alpha1.DependencyStatus{App: k.app, Namespace: k.namespace, NeededBy: parent.String()}
-			ok, err := r.policies.permitted(ctx, parent.namespace, k)
+			ok, err := pols.permitted(ctx, parent.namespace, k)
 			if err != nil {
 				return nil, err
 			}
@@ -279,11 +279,12 @@ func (r *routes) dependencies(ctx context.Context, root appKey) ([]routingv1alph
 
 // dependencyState fills d's state and ready endpoints from k's AppRoute
 // (its readyEndpoints, which the route controller keeps) and, with none
-// ready, its Deployment's replicas: Waking once scaled up, AtZero at zero
-// or when the workload is of a kind not read here.
-func (r *routes) dependencyState(ctx context.Context, k appKey, d *routingv1alpha1.DependencyStatus) error {
+// ready, the replicas of the workload its scaleTargetRef names, of any
+// kind routed (workloads.get): Waking once scaled up (or unset, the kind's
+// default), AtZero at zero or when the workload is gone or not served.
+func (r *routeReconciler) dependencyState(ctx context.Context, k appKey, d *routingv1alpha1.DependencyStatus) error {
 	var route routingv1alpha1.AppRoute
-	err := r.client.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.app}, &route)
+	err := r.routes.client.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.app}, &route)
 	switch {
 	case apierrors.IsNotFound(err):
 		d.State = routingv1alpha1.DependencyMissing
@@ -297,19 +298,15 @@ func (r *routes) dependencyState(ctx context.Context, k appKey, d *routingv1alph
 		return nil
 	}
 	d.State = routingv1alpha1.DependencyAtZero
-	ref := route.Spec.ScaleTargetRef
-	if ref.Kind != "Deployment" || ref.Name == "" {
+	req, ok := targetRequest(&route)
+	if !ok {
 		return nil
 	}
-	var dep appsv1.Deployment
-	err = r.client.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: ref.Name}, &dep)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("get Deployment %s/%s: %w", k.namespace, ref.Name, err)
+	w, err := r.workloads.get(ctx, req)
+	if err != nil {
+		return fmt.Errorf("get the workload of AppRoute %s: %w", k, err)
 	}
-	if dep.Spec.Replicas == nil || *dep.Spec.Replicas > 0 {
+	if w != nil && (w.Replicas == nil || *w.Replicas > 0) {
 		d.State = routingv1alpha1.DependencyWaking
 	}
 	return nil
@@ -353,8 +350,12 @@ func (r *routeReconciler) routesNeeding(ctx context.Context, k appKey) []reconci
 
 // Map functions for the route controller's dependency watches.
 
-func (r *routeReconciler) dependentsOfDeployment(ctx context.Context, o client.Object) []reconcile.Request {
-	app, ok := o.(*appsv1.Deployment).Spec.Template.Labels[r.routes.names.AppLabel()]
+// dependentsOfWorkload maps a workload of any kind routed to the apps that
+// need its app: status.dependencies shows whether it is scaled up. Only a
+// workload whose app something needs brings work (one index lookup else).
+func (r *routeReconciler) dependentsOfWorkload(ctx context.Context, o client.Object) []reconcile.Request {
+	_, labels := templateLabels(o)
+	app, ok := labels[r.routes.names.AppLabel()]
 	if !ok {
 		return nil
 	}

@@ -134,6 +134,38 @@ func TestDependencies(t *testing.T) {
 		[]routingv1alpha1.DependencyStatus{atZero("api", "frontend", "a ready pod"), cacheAtZero, ready}))
 }
 
+// TestDependenciesStatefulSet: a dependency that is a StatefulSet shows
+// AtZero at zero replicas and Waking once scaled up, as a Deployment does:
+// its state is read from whatever its AppRoute's scaleTargetRef names, and
+// its replica change brings the reconcile of the apps that need it.
+func TestDependenciesStatefulSet(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c := typedClient(t)
+	ns := "deps-sts"
+	makeNamespace(t, c, ns, map[string]string{"ebb.dev/inject": "enabled"})
+	depApp(t, c, ns, "frontend")
+	db := statefulSet(t, c, ns, "db", appTemplate(map[string]string{"ebb.dev/app": "db"}, nil))
+	if err := c.Patch(ctx, db, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, policy(ns, "frontend", "frontend", wakes("", dep("", "db")))); err != nil {
+		t.Fatal(err)
+	}
+	dbState := func(s routingv1alpha1.DependencyState) []routingv1alpha1.DependencyStatus {
+		return []routingv1alpha1.DependencyStatus{{App: "db", Namespace: ns, NeededBy: ns + "/frontend", State: s, WaitingOn: "a ready pod"}}
+	}
+	testwait.Check(t, 10*time.Second, routeWakes(ctx, c, ns, "frontend", routingv1alpha1.WakeTogether,
+		[]routingv1alpha1.Dependency{dep(ns, "db")}, dbState(routingv1alpha1.DependencyAtZero)))
+
+	// Scaled up (as the activator does, through /scale): Waking.
+	if err := c.Patch(ctx, db, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Check(t, 10*time.Second, routeWakes(ctx, c, ns, "frontend", routingv1alpha1.WakeTogether,
+		[]routingv1alpha1.Dependency{dep(ns, "db")}, dbState(routingv1alpha1.DependencyWaking)))
+}
+
 func scale(t *testing.T, c client.Client, ns, name string, replicas int32) {
 	t.Helper()
 	var d appsv1.Deployment

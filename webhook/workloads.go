@@ -252,7 +252,8 @@ func indexWorkloads(ctx context.Context, mgr ctrl.Manager, names groupsuffix.Nam
 // watchCustomKinds sets each listed kind's optional API up on ctl: its
 // watch at once if the API server serves it, and the runnable that
 // follows it coming and going. A change of a custom object's spec
-// reconciles it and the others claiming its app name.
+// reconciles it, the others claiming its app name and the apps that need
+// it (workloadChanged).
 func (r *routeReconciler) watchCustomKinds(ctx context.Context, mgr ctrl.Manager, ctl controller.Controller) error {
 	if len(r.workloads.custom) == 0 {
 		return nil
@@ -281,7 +282,7 @@ func (r *routeReconciler) watchCustomKinds(ctx context.Context, mgr ctrl.Manager
 			return u
 		}
 		g.watch = func() error {
-			return ctl.Watch(source.Kind[client.Object](mgr.GetCache(), obj(), handler.EnqueueRequestsFromMapFunc(r.workloadClaimants), predicate.GenerationChangedPredicate{}))
+			return ctl.Watch(source.Kind[client.Object](mgr.GetCache(), obj(), handler.EnqueueRequestsFromMapFunc(r.workloadChanged), predicate.GenerationChangedPredicate{}))
 		}
 		g.unwatch = func(ctx context.Context) error { return mgr.GetCache().RemoveInformer(ctx, obj()) }
 		g.synced = func(ctx context.Context) bool {
@@ -301,20 +302,34 @@ func (r *routeReconciler) watchCustomKinds(ctx context.Context, mgr ctrl.Manager
 	return nil
 }
 
+// workloadChanged maps a workload whose spec changed (or that came or
+// went) to the reconciles it brings: its own and its claimants'
+// (workloadClaimants), and those of the apps that need its app, whose
+// status.dependencies show its replicas (dependentsOfWorkload).
+func (r *routeReconciler) workloadChanged(ctx context.Context, o client.Object) []reconcile.Request {
+	return append(r.workloadClaimants(ctx, o), r.dependentsOfWorkload(ctx, o)...)
+}
+
+// templateLabels are a workload's group and kind and its pod template's
+// labels, whatever its kind.
+func templateLabels(o client.Object) (schema.GroupKind, map[string]string) {
+	switch o := o.(type) {
+	case *appsv1.Deployment:
+		return workload.Deployment.GroupKind(), o.Spec.Template.Labels
+	case *appsv1.StatefulSet:
+		return workload.StatefulSet.GroupKind(), o.Spec.Template.Labels
+	case *unstructured.Unstructured:
+		labels, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		return o.GroupVersionKind().GroupKind(), labels
+	}
+	return o.GetObjectKind().GroupVersionKind().GroupKind(), nil
+}
+
 // workloadClaimants maps a workload to itself and the other workloads of
 // its namespace that claim its app name: this one may win or lose the
 // AppRoute when it changes or goes.
 func (r *routeReconciler) workloadClaimants(ctx context.Context, o client.Object) []reconcile.Request {
-	gk := o.GetObjectKind().GroupVersionKind().GroupKind()
-	var labels map[string]string
-	switch o := o.(type) {
-	case *appsv1.Deployment:
-		gk, labels = workload.Deployment.GroupKind(), o.Spec.Template.Labels
-	case *appsv1.StatefulSet:
-		gk, labels = workload.StatefulSet.GroupKind(), o.Spec.Template.Labels
-	case *unstructured.Unstructured:
-		labels, _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
-	}
+	gk, labels := templateLabels(o)
 	self := workloadRequest(o.GetNamespace(), gk, o.GetName())
 	app, ok := labels[r.routes.names.AppLabel()]
 	if !ok {
