@@ -41,7 +41,7 @@ const httpRouteResource = "httproutes"
 // optionalAPI is the controller's view of a resource whose CRD may come
 // and go: the Gateway API's HTTPRoutes (gateway.networking.k8s.io/v1,
 // newGatewayAPI), and each custom workload kind listed in --scale-targets
-// (newScaleTargetAPI). What follows says it of HTTPRoutes; for a workload
+// (newScaleTargetAPIs). What follows says it of HTTPRoutes; for a workload
 // kind, what is reconciled when it goes is nothing (the garbage collector
 // deletes the AppRoutes its objects owned). Its CRDs are optional: while they are
 // absent nothing reads HTTPRoutes (a watch on a missing API would keep the
@@ -64,7 +64,7 @@ type optionalAPI struct {
 	// read behind the look.
 	mu        sync.RWMutex
 	installed bool
-	// synced tells whether the HTTPRoute informer has synced, without
+	// synced tells whether the API's informer has synced, without
 	// waiting for it.
 	synced func(context.Context) bool
 	// poke brings a look before the next interval (watchError).
@@ -96,13 +96,15 @@ var _ manager.LeaderElectionRunnable = (*optionalAPI)(nil)
 // NeedLeaderElection is false: every replica follows the API.
 func (g *optionalAPI) NeedLeaderElection() bool { return false }
 
-// errHTTPRoutesNotSynced: HTTPRoutes are served, and their informer has
-// not synced yet; the reconcile is retried (its first list brings the
-// routes of the Services they name anyway).
-var errHTTPRoutesNotSynced = errors.New("the HTTPRoute informer has not synced yet")
+// errNotSynced: an optional API is served, and its informer has not
+// synced yet; the reconcile is retried (the informer's first list brings
+// the reconciles its objects need anyway). read wraps it with the API's
+// name (what), so that the retried reconcile's error says which.
+var errNotSynced = errors.New("served, but its informer has not synced yet")
 
 // read runs fn, which reads HTTPRoutes from the cache, if they are served
-// and their informer has synced; errHTTPRoutesNotSynced if it has not.
+// and their informer has synced; errNotSynced, naming the API, if it has
+// not.
 func (g *optionalAPI) read(ctx context.Context, fn func() error) error {
 	if g == nil {
 		return nil
@@ -113,7 +115,7 @@ func (g *optionalAPI) read(ctx context.Context, fn func() error) error {
 		return nil
 	}
 	if !g.synced(ctx) {
-		return errHTTPRoutesNotSynced
+		return fmt.Errorf("%s: %w", g.what, errNotSynced)
 	}
 	return fn()
 }

@@ -239,8 +239,8 @@ func TestGatewayGoneBeforeSyncDoesNotStall(t *testing.T) {
 	}()
 	select {
 	case err := <-read:
-		if !errors.Is(err, errHTTPRoutesNotSynced) {
-			t.Errorf("read before the sync = %v, want %v", err, errHTTPRoutesNotSynced)
+		if !errors.Is(err, errNotSynced) {
+			t.Errorf("read before the sync = %v, want %v", err, errNotSynced)
 		}
 	case <-time.After(3 * time.Second):
 		t.Error("a read waited 3 s in the List of an informer that never syncs, holding the read lock")
@@ -262,6 +262,27 @@ func TestGatewayGoneBeforeSyncDoesNotStall(t *testing.T) {
 	<-unwatched
 	if err := g.read(t.Context(), func() error { t.Error("read HTTPRoutes after they went"); return nil }); err != nil {
 		t.Errorf("read after HTTPRoutes went = %v, want nil (none served)", err)
+	}
+}
+
+// TestNotSyncedNamesTheAPI: a read before an optional API's informer has
+// synced fails (the reconcile is retried) with an error that names that
+// API, the Gateway API's HTTPRoutes or a --scale-targets kind, not always
+// HTTPRoutes.
+func TestNotSyncedNamesTheAPI(t *testing.T) {
+	for _, tc := range []struct {
+		api  *optionalAPI
+		want string
+	}{
+		{newGatewayAPI(), "the Gateway API's HTTPRoutes: served, but its informer has not synced yet"},
+		{newScaleTargetAPIs([]schema.GroupResource{{Group: "example.com", Resource: "workers"}})[0].api, "workers.example.com: served, but its informer has not synced yet"},
+	} {
+		tc.api.installed = true
+		tc.api.synced = func(context.Context) bool { return false }
+		err := tc.api.read(t.Context(), func() error { t.Errorf("%s read before its informer synced", tc.api.what); return nil })
+		if !errors.Is(err, errNotSynced) || err.Error() != tc.want {
+			t.Errorf("read of %s before the sync = %v, want %q", tc.api.what, err, tc.want)
+		}
 	}
 }
 
