@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,10 +43,9 @@ const readmePodinfo = "        image: ghcr.io/stefanprodan/podinfo:6.7.1\n"
 type workloadApp struct {
 	*install.AppAtZero
 	Workload install.Workload
-	// Ref is what the AppRoute's scaleTargetRef must say, and Service the
-	// Service ebb must route.
-	Ref     routingv1alpha1.ScaleTargetReference
-	Service string
+	// Ref is what the AppRoute's scaleTargetRef must say (and
+	// AppAtZero.Service the Service ebb must route).
+	Ref routingv1alpha1.ScaleTargetReference
 }
 
 // fast is the ScaledObject timing the scenarios give a README example: KEDA
@@ -114,7 +114,8 @@ func deployReadmeApp(t *testing.T, example, app, ns, name string, env map[string
 				}
 			}
 			ref, _, _ := unstructured.NestedStringMap(o.Object, "spec", "scaleTargetRef")
-			a.Ref = routingv1alpha1.ScaleTargetReference{APIVersion: ref["apiVersion"], Kind: ref["kind"], Name: ref["name"]}
+			// KEDA's defaults: a scaleTargetRef without a kind names a Deployment.
+			a.Ref = routingv1alpha1.ScaleTargetReference{APIVersion: cmp.Or(ref["apiVersion"], "apps/v1"), Kind: cmp.Or(ref["kind"], "Deployment"), Name: ref["name"]}
 		case "Service":
 			if ip, _, _ := unstructured.NestedString(o.Object, "spec", "clusterIP"); ip != "None" {
 				a.Service = o.GetName()

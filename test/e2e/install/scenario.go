@@ -1,6 +1,7 @@
 package install
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,9 @@ type AppAtZero struct {
 	Host string
 	// URL is the app Service's ClusterIP.
 	URL string
+	// Service is the app's Service when it is not named as the app (a
+	// StatefulSet's, beside its headless governing Service).
+	Service string
 	// StartedAtOne tells that the Deployment had to be created at 1 replica
 	// and left for KEDA to scale to 0, because no AppRoute appeared for it
 	// at 0 replicas.
@@ -136,8 +140,9 @@ func (r *Release) waitPodsGoneAndHandedOff(ctx context.Context, c *cluster.Clust
 	}); err != nil {
 		return err
 	}
-	if err := cluster.WaitFor(ctx, time.Until(deadline), "the hand-off EndpointSlice of "+a.Name, func(ctx context.Context) (bool, error) {
-		n, err := r.HandOffEndpoints(ctx, c, a.Namespace, a.Name)
+	svc := cmp.Or(a.Service, a.Name)
+	if err := cluster.WaitFor(ctx, time.Until(deadline), "the hand-off EndpointSlice of "+a.Name+" (Service "+svc+")", func(ctx context.Context) (bool, error) {
+		n, err := r.HandOffEndpoints(ctx, c, a.Namespace, svc)
 		return n > 0, err
 	}); err != nil {
 		return err
