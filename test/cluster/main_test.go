@@ -12,5 +12,5 @@ import (
 var lc *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true, Traefik: true}, func(_ context.Context, c *cluster.Cluster) error { lc = c; return nil }))
+	os.Exit(cluster.Main(m, cluster.Options{KEDAMetricsAdapter: true, Traefik: true, Workers: true}, func(_ context.Context, c *cluster.Cluster) error { lc = c; return nil }))
 }
