@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -331,12 +332,15 @@ func (c *Controller) writeStatus(ctx context.Context, w *unstructured.Unstructur
 	if have["replicas"] == want["replicas"] && have["readyReplicas"] == want["readyReplicas"] && have["selector"] == want["selector"] {
 		return nil
 	}
-	u := w.DeepCopy()
-	if err := unstructured.SetNestedMap(u.Object, want, "status"); err != nil {
+	// A merge patch of the status alone: the Worker read from the cache
+	// may be older than a scale just written, which an update would
+	// refuse as a conflict.
+	patch, err := json.Marshal(map[string]any{"status": want})
+	if err != nil {
 		return err
 	}
-	if _, err := c.workers.Namespace(w.GetNamespace()).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("write status: %w", err) // a conflict: the next sync has the newer Worker
+	if _, err := c.workers.Namespace(w.GetNamespace()).Patch(ctx, w.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
 }
