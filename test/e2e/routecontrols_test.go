@@ -155,8 +155,13 @@ type prober struct {
 }
 
 func startProber(ctx context.Context, url, host string, interval time.Duration) *prober {
+	return startProberWith(ctx, newClient(10*time.Second), url, host, interval)
+}
+
+// startProberWith is startProber with the client given (its timeout is how
+// long a probe waits for its answer).
+func startProberWith(ctx context.Context, client *http.Client, url, host string, interval time.Duration) *prober {
 	p := &prober{stop: make(chan struct{})}
-	client := newClient(10 * time.Second)
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()

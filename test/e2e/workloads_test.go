@@ -469,31 +469,11 @@ func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func(
 	}
 }
 
-// startSteady is a prober (startProber) whose requests wait up to 60 s
-// for their answer: at zero a StatefulSet's new pod 0 starts only once the
-// old one, draining, is gone, which a held request waits for.
+// startSteady is startProber for the app with requests that wait up to
+// 60 s for their answer: at zero a StatefulSet's new pod 0 starts only once
+// the old one, draining, is gone, which a held request waits for.
 func startSteady(ctx context.Context, a *workloadApp, interval time.Duration) *prober {
-	p := &prober{stop: make(chan struct{})}
-	client := newClient(60 * time.Second)
-	p.done.Go(func() {
-		start := time.Now()
-		for i := 1; i <= 30_000; i++ { // bounded: 10 min at 20 ms
-			p.done.Go(func() {
-				r := fetch(ctx, client, a.URL, a.Host, nil)
-				p.mu.Lock()
-				p.answers = append(p.answers, r)
-				p.mu.Unlock()
-			})
-			select {
-			case <-p.stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Until(start.Add(time.Duration(i) * interval))):
-			}
-		}
-	})
-	return p
+	return startProberWith(ctx, newClient(60*time.Second), a.URL, a.Host, interval)
 }
 
 // livePodsOf lists the app's pods that are not being deleted.
