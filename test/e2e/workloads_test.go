@@ -299,14 +299,7 @@ func wakeConcurrently(t *testing.T, a *workloadApp, n int) map[string]bool {
 		wg.Go(func() { answers[i] = fetch(ctx, client, a.URL, a.Host, nil) })
 	}
 	wg.Wait()
-	pods, err := ebb.PodsOf(ctx, lc, a.Namespace, a.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, p := range pods {
-		names[p.Name] = true
-	}
+	names := podNames(t, a.AppAtZero)
 	served, bad := map[string]bool{}, map[string]int{}
 	var slowest time.Duration
 	for _, r := range answers {
