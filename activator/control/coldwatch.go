@@ -90,24 +90,67 @@ func (w *apiWatcher) Watch(ctx context.Context, namespace, app, target string, s
 	}, func() { first = false })
 }
 
+// mappingTimeout bounds the REST mapper's discovery round trip for a
+// cold start's workload kind.
+const mappingTimeout = 10 * time.Second
+
 // watchScaled marks MarkScaled when the workload gk/name of namespace has
-// spec.replicas above 0. A kind the API server does not serve is logged
-// and left: the pods' marks still come.
+// spec.replicas above 0. It returns at once (Watch runs under the app's
+// mutex): the kind's resource is resolved in the watch's goroutine, and
+// only for a kind other than StatefulSet, whose mapping is fixed. A kind
+// the API server does not serve, or a lookup that outlasts the cold start
+// or mappingTimeout, is logged and left: the pods' marks still come.
 func (w *apiWatcher) watchScaled(ctx context.Context, namespace string, gk schema.GroupKind, name string, mark func(int, time.Time)) {
-	m, err := w.mapper.RESTMapping(gk)
-	if err != nil {
-		w.log.V(1).Info("cannot watch the app's workload for cold-start phases", "kind", gk.String(), "error", err.Error())
-		return
-	}
-	go w.watch(ctx, strings.ToLower(gk.Kind), func(ctx context.Context) (watch.Interface, error) {
-		return w.dyn.Resource(m.Resource).Namespace(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	}, func(obj any, now time.Time) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			if n, set, _ := workload.Replicas(u); set && n > 0 {
-				mark(proxy.MarkScaled, now)
+	go func() {
+		gvr, err := w.resource(ctx, gk)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.V(1).Info("cannot watch the app's workload for cold-start phases", "kind", gk.String(), "error", err.Error())
 			}
+			return
 		}
-	})
+		w.watch(ctx, strings.ToLower(gk.Kind), func(ctx context.Context) (watch.Interface, error) {
+			return w.dyn.Resource(gvr).Namespace(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		}, func(obj any, now time.Time) {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				if n, set, _ := workload.Replicas(u); set && n > 0 {
+					mark(proxy.MarkScaled, now)
+				}
+			}
+		})
+	}()
+}
+
+// resource is gk's resource: StatefulSet's without asking, any other
+// kind's from the REST mapper, given up when ctx ends or after
+// mappingTimeout (the mapper's lookup takes no context: one given up
+// finishes in a goroutine of its own).
+func (w *apiWatcher) resource(ctx context.Context, gk schema.GroupKind) (schema.GroupVersionResource, error) {
+	if gk == workload.StatefulSet.GroupKind() {
+		return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, nil
+	}
+	type result struct {
+		m   *meta.RESTMapping
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		m, err := w.mapper.RESTMapping(gk)
+		done <- result{m, err}
+	}()
+	timeout := time.NewTimer(mappingTimeout)
+	defer timeout.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return schema.GroupVersionResource{}, r.err
+		}
+		return r.m.Resource, nil
+	case <-ctx.Done():
+		return schema.GroupVersionResource{}, ctx.Err()
+	case <-timeout.C:
+		return schema.GroupVersionResource{}, fmt.Errorf("resolve %s: no answer from API discovery in %v", gk, mappingTimeout)
+	}
 }
 
 // containersStarted reports whether every container of p (the app's, not
