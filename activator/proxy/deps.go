@@ -78,6 +78,16 @@ func (rt *Router) stopWaiting(a *app) {
 	}
 }
 
+// isWaiting reports whether a holds requests and has wakes (it is in
+// waiting). Callers hold a.mu.
+func (rt *Router) isWaiting(a *app) bool {
+	d := &rt.deps
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.waiting[a]
+	return ok
+}
+
 // kickDeps asks for a recompute of the dependency holds; it never blocks.
 func (rt *Router) kickDeps() {
 	d := &rt.deps
@@ -172,6 +182,8 @@ type depEffect struct {
 	gated bool  // its own hold not told yet (Ordered)
 	wait  bool  // its held requests wait on a dependency
 	root  bool  // it holds requests and has wakes
+	// snapped: it was waiting when the recompute read the waiting apps.
+	snapped bool
 }
 
 // recomputeDeps recomputes, from the apps holding requests that have
@@ -197,6 +209,7 @@ func (rt *Router) recomputeDeps() {
 	}
 	rt.mu.Lock()
 	for _, a := range waiting {
+		effect(a).snapped = true
 		w := a.cfg.Load().Wakes
 		if w == nil {
 			continue
@@ -227,6 +240,12 @@ func (rt *Router) recomputeDeps() {
 	var records []ColdStartRecord
 	apply := func(a *app, e depEffect) {
 		a.mu.Lock()
+		if !e.snapped && rt.isWaiting(a) {
+			// It began waiting after this recompute read the waiting
+			// apps: the recompute its waitOn asked for decides its wait
+			// and gate.
+			e.wait, e.gated = a.depsWait.Load(), a.gated
+		}
 		ready := len(a.eps.Load().ready) > 0
 		if e.held > 0 && a.cs == nil && a.held == 0 && !ready {
 			// Woken for its dependents: a cold start of its own, recorded

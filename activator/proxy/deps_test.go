@@ -351,3 +351,37 @@ func TestDependencyReleasedByProbing(t *testing.T) {
 		t.Fatal("still held: the dependency's ready sidecar was not probed")
 	}
 }
+
+// TestDependencyRecomputeKeepsNewWaitGated guards an Ordered app against
+// a recompute that works from a snapshot of the waiting apps taken before
+// the app's new request came: hello's last held request leaves (a
+// recompute starts, snapshots nobody waiting, and is held up on rt.mu
+// here as by a large SetRoutes) and a new request to hello comes. That
+// recompute must not clear the gate the new request's admission set:
+// hello is not told to the scalers before data/db has a ready pod.
+func TestDependencyRecomputeKeepsNewWaitGated(t *testing.T) {
+	rt, url, p := depsRig(t, RouterOptions{}, map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{dataDB}, Ordered: true}},
+		dataDB:    {},
+	})
+	rt.mu.Lock()
+	a := rt.apps[shopHello]
+	rt.mu.Unlock()
+	rt.admit(a, 100, time.Now()) // a first request to hello, waiting on db
+	pushedWait(t, p, dataDB, 1)
+	rt.mu.Lock()
+	rt.leave(a) // it times out: the recompute snapshots {} and blocks on rt.mu
+	time.Sleep(50 * time.Millisecond)
+	done := holdOne(t, url, "hello.test") // a new request to hello
+	waitHeld(t, rt, 1)
+	rt.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	if slices.ContainsFunc(p.values(shopHello), positive) {
+		t.Errorf("hello (Ordered) told to the scalers %v while data/db had no ready pod", p.values(shopHello))
+	}
+	rt.SetEndpoints(dataDB, []Endpoint{{Addr: testApp(t, "db"), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	if r := <-done; r.code != http.StatusOK {
+		t.Errorf("hello, once db and hello were up: %d %q", r.code, r.body)
+	}
+}
