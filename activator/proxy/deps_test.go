@@ -385,3 +385,49 @@ func TestDependencyRecomputeKeepsNewWaitGated(t *testing.T) {
 		t.Errorf("hello, once db and hello were up: %d %q", r.code, r.body)
 	}
 }
+
+// TestDependencyQuickLeaveLeavesNoWait guards an app whose request is
+// admitted and gone within one recompute's window (the recompute
+// snapshotted the waiting apps before it came and ran after it left, so
+// no recompute ever saw it): its depsWait and gate must not outlive its
+// held requests. Before, they stayed set, and once its AppRoute dropped
+// its wakes every request to it, ready or not, waited to the cold-start
+// timeout and was answered 504.
+func TestDependencyQuickLeaveLeavesNoWait(t *testing.T) {
+	shopOther := routing.Key{Namespace: "shop", Name: "other"}
+	cfgs := map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{dataDB}, Ordered: true}},
+		shopOther: {Wakes: &Wakes{Apps: []routing.Key{dataDB}}},
+		dataDB:    {},
+	}
+	rt, url, p := depsRig(t, RouterOptions{ColdStartTimeout: 500 * time.Millisecond}, cfgs)
+	rt.mu.Lock()
+	a, b := rt.apps[shopHello], rt.apps[shopOther]
+	rt.admit(b, 100, time.Now()) // a recompute starts, snapshots {other}, blocks on rt.mu
+	time.Sleep(50 * time.Millisecond)
+	rt.admit(a, 100, time.Now()) // a client of hello...
+	rt.leave(a)                  // ...that went away at once
+	rt.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	rt.leave(b)
+	time.Sleep(100 * time.Millisecond)
+	a.mu.Lock()
+	wait, gated := a.depsWait.Load(), a.gated
+	a.mu.Unlock()
+	if wait || gated {
+		t.Errorf("after every request left: hello depsWait=%v gated=%v, want both false", wait, gated)
+	}
+
+	// hello's AppRoute drops its wakes; hello is up.
+	cfgs[shopHello] = AppConfig{}
+	var routes []routing.Route[AppConfig]
+	for k, cfg := range cfgs {
+		routes = append(routes, routing.Route[AppConfig]{Key: k, Hosts: []string{k.Name + ".test"}, Value: cfg})
+	}
+	rt.SetRoutes(routes, nil)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	start := time.Now()
+	if code, _, body := do(t, t.Context(), url, "hello.test"); code != http.StatusOK {
+		t.Errorf("hello, ready and without wakes: %d %q after %v; hello pushed %v", code, body, time.Since(start).Round(time.Millisecond), p.values(shopHello))
+	}
+}

@@ -657,10 +657,16 @@ func (rt *Router) admit(a *app, limit int, now time.Time) admission {
 		rt.holding.Add(1)
 	}
 	a.held++
-	if w := a.cfg.Load().Wakes; a.held == 1 && w != nil {
-		// Ordered: not told before the recompute has seen what it needs up.
-		a.gated = w.Ordered
-		rt.waitOn(a)
+	if a.held == 1 {
+		if w := a.cfg.Load().Wakes; w != nil {
+			// Ordered: not told before the recompute has seen what it needs up.
+			a.gated = w.Ordered
+			rt.waitOn(a)
+		} else {
+			// Its wakes are gone: nothing of an earlier wait may hold it.
+			a.depsWait.Store(false)
+			a.gated = false
+		}
 	}
 	rt.opts.Pusher.Set(a.push, a.pushCountLocked())
 	rt.opts.Metrics.setHeldLocked(a)
@@ -683,6 +689,10 @@ func (rt *Router) leave(a *app) {
 	if a.held == 0 {
 		rt.holding.Add(-1)
 		rt.stopWaiting(a)
+		// Nothing of its own waits any more; a recompute that never saw
+		// this hold would not clear these.
+		a.depsWait.Store(false)
+		a.gated = false
 	}
 	rt.opts.Pusher.Set(a.push, a.pushCountLocked())
 	rt.opts.Metrics.setHeldLocked(a)
