@@ -17,9 +17,12 @@ import (
 // scalers as held (count: the dependents waiting on it, added to its own
 // held requests) so that KEDA scales it up; Ordered tells an app only
 // once every app it needs has a ready pod, the dependent's own hold
-// included. Once the dependent's requests are released the scaler keeps
-// its dependencies up itself (it counts an app active while a dependent
-// has a live pod), so these holds drop then.
+// included: every app of the closure when the app holding is Ordered, and
+// an Ordered app of the closure whatever the app holding says (Ordered is
+// the app's own need: it fails at start without its wakes). Once the
+// dependent's requests are released the scaler keeps its dependencies up
+// itself (it counts an app active while a dependent has a live pod), so
+// these holds drop then.
 //
 // All of it runs in one goroutine started on demand (depState.kick), off
 // the request path: an app without wakes pays one atomic load per
@@ -33,6 +36,9 @@ type Wakes struct {
 	// has a ready pod; otherwise every app is told at once.
 	Ordered bool
 }
+
+// ordered reports whether w is Ordered; false for no wakes.
+func (w *Wakes) ordered() bool { return w != nil && w.Ordered }
 
 func (w *Wakes) equal(o *Wakes) bool {
 	return w.Ordered == o.Ordered && slices.Equal(w.Apps, o.Apps)
@@ -228,8 +234,10 @@ func (rt *Router) recomputeDeps() {
 		root.wait = g.notUp() != ""
 		root.gated = w.Ordered && !ready(0)
 		for i := 1; i < len(g.keys); i++ {
-			if g.apps[i] != nil && (!w.Ordered || ready(i)) {
-				effect(g.apps[i]).held++
+			// Ordered is the root's wish for its whole closure, and each
+			// app's own need (it fails at start without its wakes).
+			if da := g.apps[i]; da != nil && (ready(i) || !w.Ordered && !da.cfg.Load().Wakes.ordered()) {
+				effect(da).held++
 			}
 		}
 	}

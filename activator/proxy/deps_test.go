@@ -431,3 +431,32 @@ func TestDependencyQuickLeaveLeavesNoWait(t *testing.T) {
 		t.Errorf("hello, ready and without wakes: %d %q after %v; hello pushed %v", code, body, time.Since(start).Round(time.Millisecond), p.values(shopHello))
 	}
 }
+
+// TestDependencyOwnOrderKept guards an app's own wakeOrder when it is
+// woken as another app's dependency: api is Ordered (it fails at start
+// without db), hello (Together) wakes api; api must not be told to the
+// scalers before db has a ready pod, though hello's order is Together.
+func TestDependencyOwnOrderKept(t *testing.T) {
+	rt, url, p := depsRig(t, RouterOptions{}, map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{shopAPI}}},
+		shopAPI:   {Wakes: &Wakes{Apps: []routing.Key{dataDB}, Ordered: true}},
+		dataDB:    {},
+	})
+	done := holdOne(t, url, "hello.test")
+	waitHeld(t, rt, 1)
+	pushedWait(t, p, dataDB, 1)
+	if !slices.ContainsFunc(p.values(shopHello), positive) {
+		t.Errorf("hello (Together) not told to the scalers at once: %v", p.values(shopHello))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if slices.ContainsFunc(p.values(shopAPI), positive) {
+		t.Errorf("api (Ordered: needs db up first) told %v before db had a ready pod", p.values(shopAPI))
+	}
+	rt.SetEndpoints(dataDB, []Endpoint{{Addr: testApp(t, "db"), Ready: true}})
+	pushedWait(t, p, shopAPI, 1)
+	rt.SetEndpoints(shopAPI, []Endpoint{{Addr: testApp(t, "api"), Ready: true}})
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	if r := <-done; r.code != http.StatusOK {
+		t.Errorf("hello, once db, api and hello were up: %d %q", r.code, r.body)
+	}
+}

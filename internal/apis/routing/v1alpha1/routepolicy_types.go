@@ -109,7 +109,9 @@ type RoutePolicySpec struct {
 	// WakeOrder is how the apps of Wakes are woken: Together (the
 	// default) scales every one up at once; Ordered scales an app up only
 	// once every app it needs has a ready pod, for apps that fail at
-	// start without them.
+	// start without them: this app whenever it is woken (as another
+	// app's dependency too), and every app that a request held for it
+	// wakes, transitively.
 	// +optional
 	// +kubebuilder:validation:Enum=Together;Ordered
 	WakeOrder WakeOrder `json:"wakeOrder,omitempty"`
