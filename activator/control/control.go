@@ -110,7 +110,7 @@ func New(rc *rest.Config, c Config, table Table, reg prometheus.Registerer, onSc
 		}
 	}
 	bind := &binder{cfg: c, cache: mgr.GetCache()}
-	ho := &handoff{cfg: c, names: c.Names, log: log.WithName("handoff"), kube: kube, src: src, bind: bind, published: handoffSlices}
+	ho := &handoff{cfg: c, names: c.Names, log: log.WithName("handoff"), kube: kube, src: src, mapper: mgr.GetRESTMapper(), bind: bind, published: handoffSlices}
 	prop := &propagation{names: c.Names, log: log.WithName("propagation"), dyn: dyn, src: src, bind: bind, pool: c.Pool, adminPort: c.AdminPort, client: &http.Client{Timeout: 2 * time.Second}}
 	watched := append([]client.Object{&routingv1alpha1.AppRoute{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &appsv1.Deployment{}, &corev1.Pod{}}, poolObjects(c)...)
 	l := &Loops{mgr: mgr, src: src, log: log}

@@ -50,7 +50,8 @@ type handoff struct {
 	names     groupsuffix.Names
 	log       logr.Logger
 	kube      kubernetes.Interface
-	src       *sources // and its cache: Deployments, this pool's activator pods
+	src       *sources        // and its cache: Deployments, this pool's activator pods
+	mapper    meta.RESTMapper // the cache's: resolves the --scale-targets kinds
 	bind      *binder
 	published prometheus.Gauge // MetricHandoffSlices
 
@@ -295,7 +296,7 @@ func (h *handoff) targetReplicas(ctx context.Context, r *routingv1alpha1.AppRout
 		}
 		replicas = s.Spec.Replicas
 	default:
-		if !slices.ContainsFunc(h.cfg.ScaleTargets, func(gr schema.GroupResource) bool { return gr.Group == gk.Group }) {
+		if !listedKind(h.mapper, h.cfg.ScaleTargets, gk) {
 			return 0, false
 		}
 		u := &unstructured.Unstructured{}
@@ -314,6 +315,22 @@ func (h *handoff) targetReplicas(ctx context.Context, r *routingv1alpha1.AppRout
 		return 0, false
 	}
 	return *replicas, true
+}
+
+// listedKind reports whether gk is a kind listed in --scale-targets
+// (targets): one of its group whose resource m maps to kind gk.Kind, as
+// the webhook resolves them. Another kind of a listed group is not listed
+// (the activator may not read it); m is asked only about listed resources.
+func listedKind(m meta.RESTMapper, targets []schema.GroupResource, gk schema.GroupKind) bool {
+	for _, gr := range targets {
+		if gr.Group != gk.Group {
+			continue
+		}
+		if gvk, err := m.KindFor(gr.WithVersion("")); err == nil && gvk.Kind == gk.Kind {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *handoff) current(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, bool) {

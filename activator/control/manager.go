@@ -12,16 +12,15 @@ import (
 
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,6 +52,8 @@ func newManager(cfg *rest.Config, c Config, log logr.Logger) (ctrl.Manager, erro
 		byObject[&corev1.ConfigMap{}] = crcache.ByObject{Namespaces: map[string]crcache.Config{c.PodNamespace: {}},
 			Field: fields.OneTermEqualSelector("metadata.name", c.PoolsConfigMap)}
 	}
+	// mapper is the manager's REST mapper, set before any informer runs.
+	var mapper meta.RESTMapper
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Logger:                 log,
@@ -66,7 +67,7 @@ func newManager(cfg *rest.Config, c Config, log logr.Logger) (ctrl.Manager, erro
 			// The objects of --scale-targets kinds (read as unstructured by
 			// the hand-off) keep only spec.replicas.
 			DefaultTransform: func(o any) (any, error) {
-				if u, ok := o.(*unstructured.Unstructured); ok && slices.ContainsFunc(c.ScaleTargets, func(gr schema.GroupResource) bool { return gr.Group == u.GroupVersionKind().Group }) {
+				if u, ok := o.(*unstructured.Unstructured); ok && listedKind(mapper, c.ScaleTargets, u.GroupVersionKind().GroupKind()) {
 					return slimReplicas(u), nil
 				}
 				return crcache.TransformStripManagedFields()(o)
@@ -76,6 +77,7 @@ func newManager(cfg *rest.Config, c Config, log logr.Logger) (ctrl.Manager, erro
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
+	mapper = mgr.GetRESTMapper()
 	ctx := context.Background()
 	if err := indexSlicesByService(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("index EndpointSlices: %w", err)

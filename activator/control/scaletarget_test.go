@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,7 +34,10 @@ import (
 // ready, no Idle) whose workload is at 0 replicas gets the hand-off slice
 // whatever the workload's kind: a StatefulSet, or a Worker when
 // workers.example.com is listed in --scale-targets. A Worker of a kind not
-// listed is not read, and its app is left to its endpoints.
+// listed is not read, and its app is left to its endpoints — also when
+// another kind of its group is listed (gadgets.example.com): a listed kind
+// is matched by group and kind, as the webhook matches it, not by group
+// only (the activator may read no other kind of the group).
 func TestHandoffScaledToZeroAnyKind(t *testing.T) {
 	names := groupsuffix.MustNew(groupsuffix.Default)
 	scheme := runtime.NewScheme()
@@ -44,6 +48,10 @@ func TestHandoffScaledToZeroAnyKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := []schema.GroupResource{workers.GVR.GroupResource()}
+	gadgets := []schema.GroupResource{{Group: workers.GVK.Group, Resource: "gadgets"}}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(workers.GVK, meta.RESTScopeNamespace)
+	mapper.Add(workers.GroupVersion.WithKind("Gadget"), meta.RESTScopeNamespace)
 	worker := func(replicas int64) client.Object {
 		u, err := workers.New("shop", "hello", int32(replicas), corev1.PodTemplateSpec{})
 		if err != nil {
@@ -66,6 +74,7 @@ func TestHandoffScaledToZeroAnyKind(t *testing.T) {
 		{"listed Worker at 0", routingv1alpha1.ScaleTargetReference{APIVersion: "example.com/v1", Kind: "Worker", Name: "hello"}, worker(0), listed, "the Worker is scaled to 0"},
 		{"listed Worker at 2", routingv1alpha1.ScaleTargetReference{APIVersion: "example.com/v1", Kind: "Worker", Name: "hello"}, worker(2), listed, ""},
 		{"Worker not listed", routingv1alpha1.ScaleTargetReference{APIVersion: "example.com/v1", Kind: "Worker", Name: "hello"}, worker(0), nil, ""},
+		{"Worker not listed, Gadget of its group listed", routingv1alpha1.ScaleTargetReference{APIVersion: "example.com/v1", Kind: "Worker", Name: "hello"}, worker(0), gadgets, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			route := &routingv1alpha1.AppRoute{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop", UID: "r1"},
@@ -77,7 +86,7 @@ func TestHandoffScaledToZeroAnyKind(t *testing.T) {
 					return []string{o.GetNamespace() + "/" + o.GetLabels()[discoveryv1.LabelServiceName]}
 				}).Build()
 			c := Config{Names: names, PodName: "act-a", PodNamespace: "ebb-system", Pool: DefaultPool, ActivatorSelector: "app=activator", HandoffPort: 8080, ScaleTargets: tc.targets}
-			h := &handoff{cfg: c, names: names, log: logr.Discard(), src: &sources{cfg: c, names: names, log: logr.Discard(), cache: cache}}
+			h := &handoff{cfg: c, names: names, log: logr.Discard(), src: &sources{cfg: c, names: names, log: logr.Discard(), cache: cache}, mapper: mapper}
 			if got := h.needsHandoff(context.Background(), route, svc); got != tc.want {
 				t.Errorf("needsHandoff = %q, want %q", got, tc.want)
 			}
