@@ -460,3 +460,34 @@ func TestDependencyOwnOrderKept(t *testing.T) {
 		t.Errorf("hello, once db, api and hello were up: %d %q", r.code, r.body)
 	}
 }
+
+// TestDependencyWakesDroppedReleases: a request to hello held for its
+// dependency (hello come up, data/db not) is released once hello's AppRoute
+// drops its wakes, though hello still waits (holds it) when the
+// recompute runs.
+func TestDependencyWakesDroppedReleases(t *testing.T) {
+	cfgs := map[routing.Key]AppConfig{
+		shopHello: {Wakes: &Wakes{Apps: []routing.Key{dataDB}}},
+		dataDB:    {},
+	}
+	rt, url, p := depsRig(t, RouterOptions{ColdStartTimeout: 5 * time.Second}, cfgs)
+	done := holdOne(t, url, "hello.test")
+	waitHeld(t, rt, 1)
+	pushedWait(t, p, dataDB, 1)
+	rt.SetEndpoints(shopHello, []Endpoint{{Addr: testApp(t, "a"), Ready: true}})
+	stillHeld(t, done, "with data/db at zero")
+	cfgs[shopHello] = AppConfig{}
+	var routes []routing.Route[AppConfig]
+	for k, cfg := range cfgs {
+		routes = append(routes, routing.Route[AppConfig]{Key: k, Hosts: []string{k.Name + ".test"}, Value: cfg})
+	}
+	rt.SetRoutes(routes, nil)
+	select {
+	case r := <-done:
+		if r.code != http.StatusOK {
+			t.Errorf("hello without wakes: %d %q", r.code, r.body)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("hello's request still held 2s after its AppRoute dropped its wakes")
+	}
+}
