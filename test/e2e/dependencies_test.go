@@ -400,8 +400,7 @@ func (d *scaleDown) check(t *testing.T) {
 //   - ONE request to frontend is answered 200, with a pod of frontend, of
 //     api and of db named in the answer (each hop served); each app's
 //     status.lastColdStart records that wake, frontend's with the
-//     Dependencies phase, and
-//     status.dependencies shows both Ready;
+//     Dependencies phase, and status.dependencies shows both Ready;
 //   - Together scales all three up before any of them answers; Ordered
 //     scales api up only after db's app answers its readiness path, and
 //     frontend only after api's (the Deployments' replicas and the apps'
@@ -412,7 +411,8 @@ func (d *scaleDown) check(t *testing.T) {
 //     condition said meanwhile is logged.
 //
 // Then the figure: cold starts of the chain (Together, Ordered, and
-// without wakes) and of one app, interleaved, medians over 3 rounds
+// without wakes) and of one app, interleaved, medians over 3 rounds; the
+// chain is up sooner Together than Ordered or without wakes
 // (dependencyChainFigure).
 func TestDependencyChain(t *testing.T) {
 	ctx := t.Context()
@@ -581,8 +581,7 @@ func dependencyChainFigure(t *testing.T, solo *install.AppAtZero, chains map[str
 
 // TestDependencyCycleRefused: with the README's two RoutePolicies
 // (frontend wakes api, api wakes db) applied and seen by the webhook, a
-// RoutePolicy for db that
-// wakes frontend closes a cycle: the API server refuses it with the
+// RoutePolicy for db that wakes frontend closes a cycle: the API server refuses it with the
 // webhook's message naming the cycle, as the README quotes it, and the
 // policy is not created.
 func TestDependencyCycleRefused(t *testing.T) {
