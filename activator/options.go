@@ -18,11 +18,11 @@ import (
 	"github.com/ebb-dev/ebb/activator/control"
 	"github.com/ebb-dev/ebb/activator/proxy"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/internal/logging"
 	"github.com/ebb-dev/ebb/internal/options"
 	"github.com/ebb-dev/ebb/internal/sidecarapi"
 	"github.com/ebb-dev/ebb/internal/tracing"
+	"github.com/ebb-dev/ebb/internal/workload"
 )
 
 // Defaults of Options (the request path's are proxy's).

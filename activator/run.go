@@ -24,7 +24,6 @@ import (
 	"github.com/ebb-dev/ebb/activator/control"
 	"github.com/ebb-dev/ebb/activator/proxy"
 	"github.com/ebb-dev/ebb/internal/groupsuffix"
-	"github.com/ebb-dev/ebb/internal/workload"
 	"github.com/ebb-dev/ebb/internal/holdpush"
 	"github.com/ebb-dev/ebb/internal/kubeclient"
 	"github.com/ebb-dev/ebb/internal/logroute"
@@ -32,6 +31,7 @@ import (
 	"github.com/ebb-dev/ebb/internal/reqmetrics"
 	"github.com/ebb-dev/ebb/internal/tlsfiles"
 	"github.com/ebb-dev/ebb/internal/tracing"
+	"github.com/ebb-dev/ebb/internal/workload"
 )
 
 // Run serves the activator until ctx ends, then drains (drain): it

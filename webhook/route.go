@@ -99,7 +99,7 @@ func (r *routes) desired(ctx context.Context, w *workload.Workload) (*routingv1a
 		TypeMeta: metav1.TypeMeta{APIVersion: routingv1alpha1.GroupVersion(r.names.Group()).String(), Kind: routingv1alpha1.Kind},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: app.Name, Namespace: w.Namespace(),
-			Labels: routeLabels(app, r.names),
+			Labels:          routeLabels(app, r.names),
 			OwnerReferences: []metav1.OwnerReference{w.OwnerRef()},
 		},
 		Spec: routingv1alpha1.AppRouteSpec{
