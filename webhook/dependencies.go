@@ -23,11 +23,15 @@ import (
 const policyWakesIndex = "ebb.spec.wakes"
 
 // maxDependencies bounds an AppRoute's status.dependencies (the CRD's
-// MaxItems), and maxWalk the apps one walk of the graph visits: a walk
-// runs in a map function or a reconcile, and must stay cheap on any graph.
+// MaxItems); maxWalk the apps one walk of the graph visits and
+// maxWalkReads the policies and wakes it reads (each policy counts once
+// and once per wake: an app may have many superseded policies). A walk
+// runs in a map function, an admission or a reconcile, and must stay cheap
+// on any graph.
 const (
 	maxDependencies = 64
 	maxWalk         = 1024
+	maxWalkReads    = 17 * maxWalk
 )
 
 // appKey names an app: its namespace and its <suffix>/app label.
@@ -52,27 +56,73 @@ func indexWakes(o client.Object) []string {
 	return out
 }
 
+// walk reads the dependency graph from the cache for one admission,
+// reconcile or map function: each app's policies are listed once (not
+// deep-copied: a walk only reads them) and kept, and at most maxWalk apps
+// and maxWalkReads policies and wakes are read. What lies past the bound
+// is taken as having no wakes (truncated says so): cycles there are not
+// seen, and admission refuses a policy whose walk is cut short.
+type walk struct {
+	p *policies
+	// skip, when set, is a policy left out: the stored version of the one
+	// being admitted.
+	skip      types.NamespacedName
+	pols      map[appKey][]routingv1alpha1.RoutePolicy
+	out       map[appKey][]appKey
+	reads     int
+	truncated bool
+}
+
+func (p *policies) walk(skip types.NamespacedName) *walk {
+	return &walk{p: p, skip: skip, pols: map[appKey][]routingv1alpha1.RoutePolicy{}, out: map[appKey][]appKey{}}
+}
+
+// policiesOf are k's policies, oldest first (forApp), listed once per walk.
+// They are the cache's own objects: read them, never change them.
+func (w *walk) policiesOf(ctx context.Context, k appKey) ([]routingv1alpha1.RoutePolicy, error) {
+	if all, ok := w.pols[k]; ok {
+		return all, nil
+	}
+	all, err := w.p.forApp(ctx, k.namespace, k.app, client.UnsafeDisableDeepCopy)
+	if err != nil {
+		return nil, err
+	}
+	w.pols[k] = all
+	return all, nil
+}
+
 // edges are the apps k's policies name in their wakes, in their order,
 // every policy naming k counted (a superseded policy becomes the app's
-// when the older one goes, so its wakes must not close a cycle either).
-// skip, when set, is a policy left out: the stored version of the one
-// being admitted.
-func (p *policies) edges(ctx context.Context, k appKey, skip types.NamespacedName) ([]appKey, error) {
-	all, err := p.forApp(ctx, k.namespace, k.app)
+// when the older one goes, so its wakes must not close a cycle either);
+// none past the walk's bound.
+func (w *walk) edges(ctx context.Context, k appKey) ([]appKey, error) {
+	if out, ok := w.out[k]; ok {
+		return out, nil
+	}
+	if len(w.out) >= maxWalk || w.reads >= maxWalkReads {
+		w.truncated = true
+		return nil, nil
+	}
+	all, err := w.policiesOf(ctx, k)
 	if err != nil {
 		return nil, err
 	}
 	var out []appKey
 	for i := range all {
-		if all[i].Namespace == skip.Namespace && all[i].Name == skip.Name {
+		if all[i].Namespace == w.skip.Namespace && all[i].Name == w.skip.Name {
 			continue
 		}
-		for _, w := range all[i].Spec.Wakes {
-			if wk := wakeKey(k.namespace, w); !slices.Contains(out, wk) {
+		if w.reads += 1 + len(all[i].Spec.Wakes); w.reads > maxWalkReads {
+			w.truncated = true
+			break
+		}
+		for _, d := range all[i].Spec.Wakes {
+			if wk := wakeKey(k.namespace, d); !slices.Contains(out, wk) {
 				out = append(out, wk)
 			}
 		}
 	}
+	w.out[k] = out
 	return out, nil
 }
 
@@ -81,7 +131,7 @@ func (p *policies) edges(ctx context.Context, k appKey, skip types.NamespacedNam
 // none. Cycles elsewhere in the graph are not start's to answer for. The
 // walk is breadth first, each app's wakes in their order, so the cycle
 // named is the same every time.
-func (p *policies) cycleThrough(ctx context.Context, start appKey, first []appKey, skip types.NamespacedName) ([]appKey, error) {
+func (w *walk) cycleThrough(ctx context.Context, start appKey, first []appKey) ([]appKey, error) {
 	parent := map[appKey]appKey{}
 	queue := make([]appKey, 0, len(first))
 	for _, k := range first {
@@ -93,10 +143,10 @@ func (p *policies) cycleThrough(ctx context.Context, start appKey, first []appKe
 			queue = append(queue, k)
 		}
 	}
-	for len(queue) > 0 && len(parent) < maxWalk {
+	for len(queue) > 0 {
 		n := queue[0]
 		queue = queue[1:]
-		next, err := p.edges(ctx, n, skip)
+		next, err := w.edges(ctx, n)
 		if err != nil {
 			return nil, err
 		}
@@ -118,6 +168,77 @@ func (p *policies) cycleThrough(ctx context.Context, start appKey, first []appKe
 	return nil, nil
 }
 
+// onCycle says of every app reached from root (within the walk's bound)
+// whether it is on a cycle: whether its wakes lead, through others, back
+// to it. One depth-first walk (Tarjan's strongly connected components)
+// answers for all of them, each app's edges read once: an app is on a
+// cycle when its component has another app, or it wakes itself.
+func (w *walk) onCycle(ctx context.Context, root appKey) (map[appKey]bool, error) {
+	type frame struct {
+		k    appKey
+		next []appKey
+	}
+	index := map[appKey]int{}
+	low := map[appKey]int{}
+	onStack := map[appKey]bool{}
+	var stack []appKey
+	cyclic := map[appKey]bool{}
+	var frames []frame
+	push := func(k appKey) error {
+		next, err := w.edges(ctx, k)
+		if err != nil {
+			return err
+		}
+		index[k], low[k] = len(index), len(index)
+		stack = append(stack, k)
+		onStack[k] = true
+		if slices.Contains(next, k) {
+			cyclic[k] = true
+		}
+		frames = append(frames, frame{k, next})
+		return nil
+	}
+	if err := push(root); err != nil {
+		return nil, err
+	}
+	for len(frames) > 0 {
+		f := &frames[len(frames)-1]
+		if len(f.next) > 0 {
+			c := f.next[0]
+			f.next = f.next[1:]
+			if _, seen := index[c]; !seen {
+				if err := push(c); err != nil {
+					return nil, err
+				}
+			} else if onStack[c] {
+				low[f.k] = min(low[f.k], index[c])
+			}
+			continue
+		}
+		k := f.k
+		frames = frames[:len(frames)-1]
+		if len(frames) > 0 {
+			parent := frames[len(frames)-1].k
+			low[parent] = min(low[parent], low[k])
+		}
+		if low[k] != index[k] {
+			continue
+		}
+		i := len(stack) - 1
+		for stack[i] != k {
+			i--
+		}
+		for _, m := range stack[i:] {
+			onStack[m] = false
+			if len(stack)-i > 1 {
+				cyclic[m] = true
+			}
+		}
+		stack = stack[:i]
+	}
+	return cyclic, nil
+}
+
 // cycleMessage names a cycle and its fix, as a user sees it.
 func cycleMessage(cycle []appKey) string {
 	names := make([]string, len(cycle))
@@ -134,23 +255,24 @@ func (p *policies) policyCycle(ctx context.Context, pol *routingv1alpha1.RoutePo
 	if len(pol.Spec.Wakes) == 0 {
 		return nil, nil
 	}
+	w := p.walk(types.NamespacedName{})
 	start := appKey{pol.Namespace, pol.Spec.App}
-	first, err := p.edges(ctx, start, types.NamespacedName{})
+	first, err := w.edges(ctx, start)
 	if err != nil {
 		return nil, err
 	}
-	return p.cycleThrough(ctx, start, first, types.NamespacedName{})
+	return w.cycleThrough(ctx, start, first)
 }
 
 // permitted says whether an app of namespace from may wake app k: always
 // in its own namespace; in another only if k's RoutePolicy lists from in
 // spec.wakeableFrom, so that no namespace wakes (and keeps up) another's
 // apps unasked.
-func (p *policies) permitted(ctx context.Context, from string, k appKey) (bool, error) {
+func (w *walk) permitted(ctx context.Context, from string, k appKey) (bool, error) {
 	if k.namespace == from {
 		return true, nil
 	}
-	all, err := p.forApp(ctx, k.namespace, k.app)
+	all, err := w.policiesOf(ctx, k)
 	if err != nil || len(all) == 0 {
 		return false, err
 	}
@@ -164,13 +286,18 @@ func (p *policies) permitted(ctx context.Context, from string, k appKey) (bool, 
 // cycle "closes" it depends on the order policies were made in; leaving
 // out every wake of the policies on it is the same on every replica.
 func (p *policies) withWakes(ctx context.Context, route *routingv1alpha1.AppRoute, pol *routingv1alpha1.RoutePolicy) error {
-	cycle, err := p.policyCycle(ctx, pol)
-	if err != nil || cycle != nil {
+	if len(pol.Spec.Wakes) == 0 {
+		return nil
+	}
+	w := p.walk(types.NamespacedName{})
+	start := appKey{pol.Namespace, pol.Spec.App}
+	cyclic, err := w.onCycle(ctx, start)
+	if err != nil || cyclic[start] {
 		return err
 	}
-	for _, w := range pol.Spec.Wakes {
-		k := wakeKey(pol.Namespace, w)
-		ok, err := p.permitted(ctx, pol.Namespace, k)
+	for _, wake := range pol.Spec.Wakes {
+		k := wakeKey(pol.Namespace, wake)
+		ok, err := w.permitted(ctx, pol.Namespace, k)
 		if err != nil {
 			return err
 		}
@@ -194,11 +321,17 @@ func (p *policies) withWakes(ctx context.Context, route *routingv1alpha1.AppRout
 // RoutePolicy's, so a wake another namespace does not permit is shown
 // (NotPermitted) though it is not in spec.wakes; such an app and a Missing
 // one are not walked further, nor the wakes of a policy on a cycle (none
-// of them is copied). All reads are from the cache.
+// of them is copied). All reads are from the cache, each app's policies
+// listed once: one walk of the graph from root says which apps are on a
+// cycle (onCycle), and the tree is built from what it read.
 func (r *routeReconciler) dependencies(ctx context.Context, root appKey) ([]routingv1alpha1.DependencyStatus, error) {
-	pols := r.routes.policies
-	if pols == nil {
+	if r.routes.policies == nil {
 		return nil, nil
+	}
+	pols := r.routes.policies.walk(types.NamespacedName{})
+	cyclic, err := pols.onCycle(ctx, root)
+	if err != nil {
+		return nil, err
 	}
 	type node struct {
 		key      appKey
@@ -213,21 +346,15 @@ func (r *routeReconciler) dependencies(ctx context.Context, root appKey) ([]rout
 	for len(queue) > 0 {
 		parent := queue[0]
 		queue = queue[1:]
-		all, err := pols.forApp(ctx, parent.namespace, parent.app)
+		all, err := pols.policiesOf(ctx, parent)
 		if err != nil {
 			return nil, err
 		}
-		if len(all) == 0 {
+		// An app whose wakes close a cycle wakes none of them (withWakes).
+		if len(all) == 0 || cyclic[parent] {
 			continue
 		}
 		pol := &all[0]
-		// An app whose wakes close a cycle wakes none of them (withWakes).
-		if cycle, err := pols.policyCycle(ctx, pol); err != nil || cycle != nil {
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
 		n := node{key: parent, ordered: pol.Spec.WakeOrder == routingv1alpha1.WakeOrdered}
 		for _, w := range pol.Spec.Wakes {
 			k := wakeKey(parent.namespace, w)
@@ -313,19 +440,22 @@ func (r *routeReconciler) dependencyState(ctx context.Context, k appKey, d *rout
 }
 
 // dependents are the apps that need k, directly or through others (at
-// most maxWalk), from the RoutePolicies' wakes index: none for an app
-// nothing needs.
+// most maxWalk, from at most maxWalkReads policies), from the
+// RoutePolicies' wakes index, not deep-copied: none for an app nothing
+// needs.
 func (p *policies) dependents(ctx context.Context, k appKey) []appKey {
 	var out []appKey
 	seen := map[appKey]bool{k: true}
 	queue := []appKey{k}
-	for len(queue) > 0 && len(seen) < maxWalk {
+	reads := 0
+	for len(queue) > 0 && len(seen) < maxWalk && reads < maxWalkReads {
 		n := queue[0]
 		queue = queue[1:]
 		var list routingv1alpha1.RoutePolicyList
-		if err := p.client.List(ctx, &list, client.MatchingFields{policyWakesIndex: n.String()}); err != nil {
+		if err := p.client.List(ctx, &list, client.MatchingFields{policyWakesIndex: n.String()}, client.UnsafeDisableDeepCopy); err != nil {
 			return out // the cache's List fails only on a missing index
 		}
+		reads += len(list.Items)
 		for _, pol := range list.Items {
 			d := appKey{pol.Namespace, pol.Spec.App}
 			if !seen[d] {
@@ -380,17 +510,22 @@ var readinessChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) boo
 	return !ok1 || !ok2 || old.Generation != cur.Generation || old.Status.ReadyEndpoints != cur.Status.ReadyEndpoints
 }}
 
-// policiesNeeding maps a RoutePolicy to the policies of the apps that need
-// its app: a change to its wakes may close or open a cycle through them.
+// policiesNeeding maps a RoutePolicy to the policies with wakes of the
+// apps that need its app: a change to its wakes may close or open a cycle
+// through them (a policy without wakes closes none). It reads the cache
+// without copying: one index lookup per app.
 func (r *policyReconciler) policiesNeeding(ctx context.Context, o client.Object) []reconcile.Request {
 	pol := o.(*routingv1alpha1.RoutePolicy)
 	var reqs []reconcile.Request
 	for _, d := range r.policies.dependents(ctx, appKey{pol.Namespace, pol.Spec.App}) {
-		all, err := r.policies.forApp(ctx, d.namespace, d.app)
+		all, err := r.policies.forApp(ctx, d.namespace, d.app, client.UnsafeDisableDeepCopy)
 		if err != nil {
 			continue // the cache's List fails only on a missing index
 		}
 		for i := range all {
+			if len(all[i].Spec.Wakes) == 0 {
+				continue
+			}
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: all[i].Namespace, Name: all[i].Name}})
 		}
 	}

@@ -91,9 +91,12 @@ func (p *policies) index(ctx context.Context, mgr ctrl.Manager) error {
 
 // forApp returns the RoutePolicies of namespace naming app, oldest first
 // (then by name): the first one is the app's, the others are superseded.
-func (p *policies) forApp(ctx context.Context, namespace, app string) ([]routingv1alpha1.RoutePolicy, error) {
+// With client.UnsafeDisableDeepCopy they are the cache's own objects, to
+// read only.
+func (p *policies) forApp(ctx context.Context, namespace, app string, opts ...client.ListOption) ([]routingv1alpha1.RoutePolicy, error) {
 	var list routingv1alpha1.RoutePolicyList
-	if err := p.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{policyAppIndex: app}); err != nil {
+	opts = append([]client.ListOption{client.InNamespace(namespace), client.MatchingFields{policyAppIndex: app}}, opts...)
+	if err := p.client.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("list RoutePolicies of app %s in %s: %w", app, namespace, err)
 	}
 	slices.SortFunc(list.Items, func(a, b routingv1alpha1.RoutePolicy) int {

@@ -16,8 +16,10 @@ import (
 
 // policyValidator answers RoutePolicy admissions: it refuses a policy
 // whose wakes close a cycle with the cluster's other RoutePolicies (read
-// from the manager's cache), naming the cycle in order. An app on a cycle
-// would wait on itself to be released and keep itself up. It makes no API
+// from the manager's cache), naming the cycle in order, and one whose
+// wakes reach more apps than one walk of the graph reads (maxWalk): an
+// app on a cycle would wait on itself to be released and keep itself up,
+// and a cycle past the bound would go unseen. It makes no API
 // call and writes nothing.
 type policyValidator struct {
 	policies *policies
@@ -48,38 +50,46 @@ func (v *policyValidator) Handle(ctx context.Context, req admission.Request) adm
 	if dup := duplicateWake(&pol); dup != "" {
 		return admission.Denied(fmt.Sprintf("spec.wakes: %s is named twice; name each app once", dup))
 	}
-	cycle, err := v.cycle(ctx, &pol)
+	cycle, truncated, err := v.cycle(ctx, &pol)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if cycle != nil {
 		return admission.Denied(cycleMessage(cycle))
 	}
+	if truncated {
+		return admission.Denied(fmt.Sprintf("spec.wakes: the apps these wakes reach, directly or through others, are more than %d (or their policies name more than %d wakes in all): too many to check for a cycle, and to show in status.dependencies; wake fewer apps, or split the apps into smaller groups",
+			maxWalk, maxWalkReads))
+	}
 	return admission.Allowed("")
 }
 
 // cycle is the cycle pol would close: its app's edges are its own wakes
 // and those of the app's other policies (pol's stored version left out).
-func (v *policyValidator) cycle(ctx context.Context, pol *routingv1alpha1.RoutePolicy) ([]appKey, error) {
+// truncated says the graph its wakes reach is larger than one walk reads
+// (maxWalk apps, maxWalkReads policies and wakes): no cycle was found in
+// what was read, but the rest was not checked.
+func (v *policyValidator) cycle(ctx context.Context, pol *routingv1alpha1.RoutePolicy) (cycle []appKey, truncated bool, err error) {
 	if len(pol.Spec.Wakes) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	start := appKey{pol.Namespace, pol.Spec.App}
 	var first []appKey
 	for _, w := range pol.Spec.Wakes {
 		first = append(first, wakeKey(pol.Namespace, w))
 	}
-	stored := types.NamespacedName{Namespace: pol.Namespace, Name: pol.Name}
-	others, err := v.policies.edges(ctx, start, stored)
+	w := v.policies.walk(types.NamespacedName{Namespace: pol.Namespace, Name: pol.Name})
+	others, err := w.edges(ctx, start)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for _, k := range others {
 		if !slices.Contains(first, k) {
 			first = append(first, k)
 		}
 	}
-	return v.policies.cycleThrough(ctx, start, first, stored)
+	cycle, err = w.cycleThrough(ctx, start, first)
+	return cycle, cycle == nil && w.truncated, err
 }
 
 // duplicateWake is an app pol's wakes name twice (the namespace left out
