@@ -113,6 +113,12 @@ func ValidatingWebhookName(names groupsuffix.Names) string {
 // webhook then only reports and leaves out of the AppRoutes. o gives the
 // timeout and the client config (the path set to ValidatePolicyPath when a
 // Service is given without one).
+//
+// Its matchConditions send it only a policy with wakes that is created or
+// whose wakes or app change, the only ones that can close a cycle: while
+// the webhook is down or mid-upgrade, a policy's label edit, a finalizer's
+// removal (a namespace being deleted) and a policy without wakes are
+// admitted all the same.
 func ValidatingConfiguration(names groupsuffix.Names, o ConfigurationOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	fail := admissionregistrationv1.Fail
 	timeout := o.TimeoutSeconds
@@ -139,11 +145,24 @@ func ValidatingConfiguration(names groupsuffix.Names, o ConfigurationOptions) *a
 					APIGroups: []string{names.Group()}, APIVersions: []string{"v1alpha1"}, Resources: []string{"routepolicies"}, Scope: &scope,
 				},
 			}},
+			MatchConditions:         policyMatchConditions(),
 			FailurePolicy:           &fail,
 			MatchPolicy:             &match,
 			SideEffects:             &sideEffects,
 			TimeoutSeconds:          &timeout,
 			AdmissionReviewVersions: []string{"v1"},
 		}},
+	}
+}
+
+// policyMatchConditions are the validating webhook's matchConditions (the
+// chart's are the same; controller-gen's marker cannot express them): a
+// policy with wakes, created or with its wakes or app changed. Each is
+// safe alone (every condition is evaluated, and one false skips the
+// webhook whatever the others say).
+func policyMatchConditions() []admissionregistrationv1.MatchCondition {
+	return []admissionregistrationv1.MatchCondition{
+		{Name: "has-wakes", Expression: "has(object.spec.wakes) && size(object.spec.wakes) > 0"},
+		{Name: "wakes-or-app-changed", Expression: "request.operation == 'CREATE' || !has(object.spec.wakes) || !has(oldObject.spec.wakes) || object.spec.wakes != oldObject.spec.wakes || object.spec.app != oldObject.spec.app"},
 	}
 }

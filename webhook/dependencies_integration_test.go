@@ -266,3 +266,64 @@ func setWakes(ctx context.Context, c client.Client, ns, name string, deps ...rou
 	}
 	return c.Patch(ctx, policy(ns, name, name), client.RawPatch(types.MergePatchType, body))
 }
+
+// TestPolicyAdmissionWhileValidatorDown: the validating webhook is called
+// only for a policy with wakes that is created or whose wakes or app
+// change (its matchConditions), so while it is down (here: its
+// configuration, as ValidatingConfiguration builds it, points at a dead
+// URL) a label edit or a finalizer's removal, and a policy without wakes,
+// are admitted; only a policy whose wakes could close a cycle is refused.
+func TestPolicyAdmissionWhileValidatorDown(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	c := typedClient(t)
+	ns := "validator-down"
+	makeNamespace(t, c, ns, nil)
+	front := policy(ns, "front", "front", wakes("", dep("", "api")))
+	if err := c.Create(ctx, front); err != nil {
+		t.Fatal(err)
+	}
+	dead := "https://127.0.0.1:1" + webhook.ValidatePolicyPath
+	vwc := webhook.ValidatingConfiguration(ebbNames, webhook.ConfigurationOptions{ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &dead}})
+	vwc.Name = "routepolicy-validator-down"
+	vwc.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}} // this test's only
+	if err := c.Create(ctx, vwc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), vwc) })
+	testwait.Check(t, 10*time.Second, func() error {
+		err := c.Create(ctx, policy(ns, "back", "back", wakes("", dep("", "db"))), client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+			return fmt.Errorf("create a policy with wakes: %v; want refused, the webhook being down", err)
+		}
+		return nil
+	})
+	label := func(name string, labels map[string]string, finalizers []string) error {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels, "finalizers": finalizers}})
+		if err != nil {
+			return err
+		}
+		return c.Patch(ctx, policy(ns, name, name), client.RawPatch(types.MergePatchType, body))
+	}
+	if err := label("front", map[string]string{"team": "a"}, []string{"example.com/hold"}); err != nil {
+		t.Errorf("label a policy with wakes, the webhook down: %v; want admitted", err)
+	}
+	if err := label("front", nil, nil); err != nil {
+		t.Errorf("remove a policy's finalizer, the webhook down: %v; want admitted", err)
+	}
+	if err := c.Create(ctx, policy(ns, "plain", "plain")); err != nil {
+		t.Errorf("create a policy without wakes, the webhook down: %v; want admitted", err)
+	}
+	if err := label("plain", map[string]string{"team": "a"}, nil); err != nil {
+		t.Errorf("label a policy without wakes, the webhook down: %v; want admitted", err)
+	}
+	if err := setWakes(ctx, c, ns, "plain", dep("", "front")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("add wakes to a policy, the webhook down: %v; want refused", err)
+	}
+	if err := setWakes(ctx, c, ns, "front", dep("", "db")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("change a policy's wakes, the webhook down: %v; want refused", err)
+	}
+	if err := setWakes(ctx, c, ns, "front"); err != nil {
+		t.Errorf("remove a policy's wakes, the webhook down: %v; want admitted", err)
+	}
+}
