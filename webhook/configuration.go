@@ -35,6 +35,24 @@ type ConfigurationOptions struct {
 	ClientConfig admissionregistrationv1.WebhookClientConfig
 }
 
+// timeout is TimeoutSeconds bounded to 1..MaxTimeoutSeconds.
+func (o ConfigurationOptions) timeout() int32 {
+	if o.TimeoutSeconds <= 0 || o.TimeoutSeconds > MaxTimeoutSeconds {
+		return MaxTimeoutSeconds
+	}
+	return o.TimeoutSeconds
+}
+
+// clientConfig is a copy of ClientConfig, its Service given path when it
+// names none.
+func (o ConfigurationOptions) clientConfig(path string) admissionregistrationv1.WebhookClientConfig {
+	cc := *o.ClientConfig.DeepCopy()
+	if cc.Service != nil && cc.Service.Path == nil {
+		cc.Service.Path = &path
+	}
+	return cc
+}
+
 // ConfigurationName is the name of the MutatingWebhookConfiguration of an
 // instance: sidecar-injector.<suffix>.
 func ConfigurationName(names groupsuffix.Names) string {
@@ -52,15 +70,8 @@ func Configuration(names groupsuffix.Names, o ConfigurationOptions) *admissionre
 	if fail == "" {
 		fail = admissionregistrationv1.Fail
 	}
-	timeout := o.TimeoutSeconds
-	if timeout <= 0 || timeout > MaxTimeoutSeconds {
-		timeout = MaxTimeoutSeconds
-	}
-	cc := *o.ClientConfig.DeepCopy()
-	if cc.Service != nil && cc.Service.Path == nil {
-		p := InjectPath
-		cc.Service.Path = &p
-	}
+	timeout := o.timeout()
+	cc := o.clientConfig(InjectPath)
 	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
 	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
 	match := admissionregistrationv1.Equivalent
@@ -121,15 +132,8 @@ func ValidatingWebhookName(names groupsuffix.Names) string {
 // admitted all the same.
 func ValidatingConfiguration(names groupsuffix.Names, o ConfigurationOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	fail := admissionregistrationv1.Fail
-	timeout := o.TimeoutSeconds
-	if timeout <= 0 || timeout > MaxTimeoutSeconds {
-		timeout = MaxTimeoutSeconds
-	}
-	cc := *o.ClientConfig.DeepCopy()
-	if cc.Service != nil && cc.Service.Path == nil {
-		p := ValidatePolicyPath
-		cc.Service.Path = &p
-	}
+	timeout := o.timeout()
+	cc := o.clientConfig(ValidatePolicyPath)
 	sideEffects := admissionregistrationv1.SideEffectClassNone
 	match := admissionregistrationv1.Equivalent
 	scope := admissionregistrationv1.NamespacedScope
