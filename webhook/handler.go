@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ebb-dev/ebb/webhook/inject"
@@ -25,6 +28,11 @@ type podInjector struct {
 	decoder admission.Decoder
 	// policies gives the app's RoutePolicy (nil: none).
 	policies *policies
+	// customGroups are the API groups of the --scale-targets kinds. A pod
+	// controlled by an object of one of them is taken as routed: a listed
+	// resource's kind is known only once its CRD is served, and admission
+	// makes no API call.
+	customGroups []string
 }
 
 var _ admission.Handler = (*podInjector)(nil)
@@ -36,9 +44,34 @@ func (h *podInjector) Handle(ctx context.Context, req admission.Request) admissi
 	return resp
 }
 
-// warnNoDeployment is the warning for a pod no ReplicaSet controls (one a
-// ReplicaSet controls is not checked further: that would cost a lookup).
-const warnNoDeployment = "no Deployment manages this pod, so ebb registers no AppRoute for it (ebb scales Deployments)"
+// warnNotRouted is the warning for a pod whose controller is of no kind
+// ebb routes (routedController; a ReplicaSet's pod is not checked further:
+// that would cost a lookup).
+const warnNotRouted = "no Deployment, StatefulSet or --scale-targets kind manages this pod, so ebb registers no AppRoute for it"
+
+// groupsOf are the API groups of the listed resources.
+func groupsOf(targets []schema.GroupResource) []string {
+	var out []string
+	for _, gr := range targets {
+		out = append(out, gr.Group)
+	}
+	return out
+}
+
+// routedController says whether the pod's controller is of a kind whose
+// pods ebb routes: a ReplicaSet (a Deployment's, or a Rollout's), a
+// StatefulSet, or a kind of a --scale-targets group.
+func (h *podInjector) routedController(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return false
+	}
+	if ref.APIVersion == "apps/v1" {
+		return ref.Kind == "ReplicaSet" || ref.Kind == "StatefulSet"
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && slices.Contains(h.customGroups, gv.Group)
+}
 
 func (h *podInjector) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
 	if req.Operation != admissionv1.Create {
@@ -65,8 +98,8 @@ func (h *podInjector) handle(ctx context.Context, req admission.Request) (admiss
 		return admission.Allowed("").WithWarnings(warnings...), resultUnchanged
 	}
 	warnings = append(warnings, polWarnings...)
-	if (req.DryRun == nil || !*req.DryRun) && replicaSetOf(pod) == nil {
-		warnings = append(warnings, warnNoDeployment)
+	if (req.DryRun == nil || !*req.DryRun) && !h.routedController(pod) {
+		warnings = append(warnings, warnNotRouted)
 	}
 	orig, err := patchDoc(pod)
 	if err != nil {

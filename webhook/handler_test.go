@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -43,7 +44,8 @@ func barePod() *corev1.Pod {
 func newInjector() *podInjector {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
-	return &podInjector{cfg: inject.DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), "test"), decoder: admission.NewDecoder(scheme)}
+	return &podInjector{cfg: inject.DefaultConfig(groupsuffix.MustNew(groupsuffix.Default), "test"), decoder: admission.NewDecoder(scheme),
+		customGroups: groupsOf([]schema.GroupResource{{Group: "example.com", Resource: "workers"}})}
 }
 
 // TestHandleAnswers checks the admission answers a user sees. The handler
@@ -53,13 +55,30 @@ func TestHandleAnswers(t *testing.T) {
 	owned := apiServerPod() // a ReplicaSet's: the AppRoute controller routes its Deployment
 	bad := barePod()
 	bad.Annotations = map[string]string{"ebb.dev/hosts": "Bad_Host"}
+	controlledBy := func(apiVersion, kind string) *corev1.Pod {
+		p, tr := barePod(), true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "hello", UID: "u", Controller: &tr}}
+		return p
+	}
+	const notRouted = "no Deployment, StatefulSet or --scale-targets kind manages this pod, so ebb registers no AppRoute for it"
 	tests := []struct {
 		name string
 		req  admission.Request
 		want []any // allowed, code, patch ops > 0, warnings
 	}{
 		{"injects, warns that no route is registered", podRequest(t, barePod(), false),
-			[]any{true, int32(200), true, []string{"no Deployment manages this pod, so ebb registers no AppRoute for it (ebb scales Deployments)"}}},
+			[]any{true, int32(200), true, []string{notRouted}}},
+		// StatefulSets and the listed kinds are routed: their pods got the
+		// warning too until the webhook learnt the kinds (the e2e run of
+		// TestStatefulSetApp and TestCustomScaleTarget printed it).
+		{"a StatefulSet's pod: injects, no warning", podRequest(t, controlledBy("apps/v1", "StatefulSet"), false),
+			[]any{true, int32(200), true, []string(nil)}},
+		{"a listed kind's pod: injects, no warning", podRequest(t, controlledBy("example.com/v1", "Worker"), false),
+			[]any{true, int32(200), true, []string(nil)}},
+		{"a Job's pod: injects, warns", podRequest(t, controlledBy("batch/v1", "Job"), false),
+			[]any{true, int32(200), true, []string{notRouted}}},
+		{"a DaemonSet's pod: injects, warns", podRequest(t, controlledBy("apps/v1", "DaemonSet"), false),
+			[]any{true, int32(200), true, []string{notRouted}}},
 		{"dry run: injects, registers nothing, no warning", podRequest(t, barePod(), true),
 			[]any{true, int32(200), true, []string(nil)}},
 		{"a ReplicaSet's pod: injects, no warning", podRequest(t, owned, false),

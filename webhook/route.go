@@ -40,16 +40,6 @@ type routes struct {
 	policies *policies
 }
 
-// replicaSetOf returns the pod's controller reference when it is a
-// ReplicaSet (so a Deployment may manage the pod), else nil.
-func replicaSetOf(pod *corev1.Pod) *metav1.OwnerReference {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "ReplicaSet" || ref.APIVersion != "apps/v1" {
-		return nil
-	}
-	return ref
-}
-
 // injectors lists the ebb instances whose webhooks take a pod labelled
 // podLabels in a namespace labelled nsLabels, in the order the API server
 // calls them: by MutatingWebhookConfiguration name, sidecar-injector.<suffix>.

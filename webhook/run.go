@@ -115,7 +115,7 @@ func Run(ctx context.Context, opts Options) error {
 	rec := newRouteReconciler(rts, mgr.GetEventRecorder("ebb-webhook"), log.WithName("approute"))
 	rec.workloads.custom = custom
 	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{
-		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme), policies: pols},
+		Handler: &podInjector{cfg: rts.cfg, decoder: admission.NewDecoder(scheme), policies: pols, customGroups: groupsOf(targets)},
 	})
 	mgr.GetWebhookServer().Register(ValidatePolicyPath, &admission.Webhook{Handler: &policyValidator{policies: pols}})
 	if err := rec.setup(ctx, mgr); err != nil {
