@@ -222,7 +222,9 @@ func TestStatefulSetApp(t *testing.T) {
 	if !served["ledger-0"] {
 		t.Errorf("the held requests were answered by %v, want ledger-0 (OrderedReady starts it first)", slices.Sorted(maps.Keys(served)))
 	}
-	scaleUpAndDownUnderTraffic(t, a, func(pods []corev1.Pod) {
+	var order *podOrder
+	scaleUpAndDownUnderTraffic(t, a, func() { order = watchPodOrder(t.Context(), a, "ledger-0", "ledger-1") }, func(pods []corev1.Pod) {
+		ready0, seen1 := order.stop()
 		byName := map[string]corev1.Pod{}
 		for _, p := range pods {
 			byName[p.Name] = p
@@ -232,10 +234,10 @@ func TestStatefulSetApp(t *testing.T) {
 			t.Errorf("at 2 replicas the pods are %v, want ledger-0 and ledger-1", slices.Sorted(maps.Keys(byName)))
 			return
 		}
-		ready := readySince(&first)
-		t.Logf("ledger-0 Ready at %s, ledger-1 created at %s", ready.Format("15:04:05"), second.CreationTimestamp.Format("15:04:05"))
-		if ready.IsZero() || second.CreationTimestamp.Time.Before(ready) {
-			t.Errorf("ledger-1 was created at %s, before ledger-0 was Ready (%s): OrderedReady not kept", second.CreationTimestamp.Time, ready)
+		t.Logf("from zero: ledger-0 first seen Ready at %s, ledger-1 first seen at %s (pods read every 20 ms); ledger-0 Ready at %s, ledger-1 created at %s by the API server's clock (seconds)",
+			ready0.Format("15:04:05.000"), seen1.Format("15:04:05.000"), readySince(&first).Format("15:04:05"), second.CreationTimestamp.Format("15:04:05"))
+		if ready0.IsZero() || seen1.IsZero() || seen1.Before(ready0) || second.CreationTimestamp.Time.Before(readySince(&first)) {
+			t.Errorf("ledger-1 came before ledger-0 was Ready: OrderedReady not kept")
 		}
 	}, func(pods []corev1.Pod) {
 		if len(pods) != 1 || pods[0].Name != "ledger-0" {
@@ -264,7 +266,7 @@ func TestCustomScaleTarget(t *testing.T) {
 	}
 	checkScaleTargetRef(t, a)
 	wakeConcurrently(t, a, 200)
-	scaleUpAndDownUnderTraffic(t, a, nil, nil)
+	scaleUpAndDownUnderTraffic(t, a, nil, nil, nil)
 }
 
 // checkScaleTargetRef checks the app's AppRoute: its scaleTargetRef is the
@@ -332,13 +334,17 @@ func wakeConcurrently(t *testing.T, a *workloadApp, n int) map[string]bool {
 // make the HPA (target 2 in flight) scale to 2; they stop and it goes back
 // to 1; the steady requests pause until KEDA sets replicas to 0 and resume
 // at once, onto the draining pod or the activators. No request may fail,
-// both pods must have served, and atTwo and atOne (when not nil) check the
-// app's pods when it is at 2 ready pods and back at 1.
-func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func([]corev1.Pod)) {
+// both pods must have served; atZero is called once the app is at zero,
+// before the first request, and atTwo and atOne check the app's pods when
+// it is at 2 ready pods and back at 1 (each when not nil).
+func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atZero func(), atTwo, atOne func([]corev1.Pod)) {
 	t.Helper()
 	ctx := t.Context()
 	if err := ebb.WaitWorkloadAtZero(ctx, lc, a.Workload, a.AppAtZero, 2*time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	if atZero != nil {
+		atZero()
 	}
 	var tl timeline
 	tl.mark(time.Now(), "at zero; a request every 20 ms starts")
@@ -467,6 +473,50 @@ func scaleUpAndDownUnderTraffic(t *testing.T, a *workloadApp, atTwo, atOne func(
 // the old one, draining, is gone, which a held request waits for.
 func startSteady(ctx context.Context, a *workloadApp, interval time.Duration) *prober {
 	return startProberWith(ctx, newClient(60*time.Second), a.URL, a.Host, interval)
+}
+
+// podOrder records, from the app's pods read every 20 ms, when pod first
+// was first seen Ready and pod second first seen at all.
+type podOrder struct {
+	ready0, seen1 time.Time
+	cancel        context.CancelFunc
+	done          chan struct{}
+}
+
+func watchPodOrder(ctx context.Context, a *workloadApp, first, second string) *podOrder {
+	ctx, cancel := context.WithCancel(ctx)
+	o := &podOrder{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		for range 30_000 { // bounded: 10 min
+			pods, err := ebb.PodsOf(ctx, lc, a.Namespace, a.Name)
+			now := time.Now()
+			for _, p := range pods {
+				if err != nil || p.DeletionTimestamp != nil {
+					continue
+				}
+				if p.Name == first && o.ready0.IsZero() && !readySince(&p).IsZero() {
+					o.ready0 = now
+				}
+				if p.Name == second && o.seen1.IsZero() {
+					o.seen1 = now
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return o
+}
+
+// stop ends the watch and returns what it saw (zero times: not seen).
+func (o *podOrder) stop() (ready0, seen1 time.Time) {
+	o.cancel()
+	<-o.done
+	return o.ready0, o.seen1
 }
 
 // livePodsOf lists the app's pods that are not being deleted.
