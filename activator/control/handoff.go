@@ -253,7 +253,15 @@ func (h *handoff) otherPoolServes(ctx context.Context, sl *discoveryv1.EndpointS
 // had made the last endpoint terminating; kube-proxy falls back to
 // terminating endpoints, but an ingress controller that drops them (Traefik)
 // had no server for the app until it applied the slice, 2 s later.
+//
+// A headless Service (a StatefulSet's governing one) never gets the slice:
+// its clients take pod addresses from DNS and dial the app's port on them,
+// where an activator listens on nothing, and the webhook routes through a
+// ClusterIP Service when there is one (SidecarReachable HeadlessService).
 func (h *handoff) needsHandoff(ctx context.Context, r *routingv1alpha1.AppRoute, svc *corev1.Service) string {
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return ""
+	}
 	if mayGoToZero(r) {
 		return "the app is idle: KEDA may take it to zero"
 	}

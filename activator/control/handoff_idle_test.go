@@ -76,15 +76,19 @@ func TestHandoffWhenIdle(t *testing.T) {
 		slice    *discoveryv1.EndpointSlice
 		conds    []metav1.Condition
 		want     bool
+		headless bool
 	}{
-		{"warm, Idle True: KEDA may take it to zero", 1, appSlice(), []metav1.Condition{idleTrue, kedaTrue}, true},
-		{"warm at 3 replicas, Idle True (KEDA sets 0 from N too)", 3, appSlice(), []metav1.Condition{idleTrue, kedaTrue}, true},
-		{"warm, Idle True, ScaledByKEDA not yet written", 1, appSlice(), []metav1.Condition{idleTrue}, true},
-		{"warm, Idle False", 1, appSlice(), []metav1.Condition{idleFalse, kedaTrue}, false},
-		{"warm, no Idle (no scaler has written it)", 1, appSlice(), []metav1.Condition{kedaTrue}, false},
-		{"warm, Idle True left over, no ScaledObject scales it", 1, appSlice(), []metav1.Condition{idleTrue, kedaFalse}, false},
-		{"replicas 0, its endpoint still ready, Idle False", 0, appSlice(), []metav1.Condition{idleFalse}, true},
-		{"its only endpoint terminating, no Idle", 1, appSlice(terminating), nil, true},
+		{"warm, Idle True: KEDA may take it to zero", 1, appSlice(), []metav1.Condition{idleTrue, kedaTrue}, true, false},
+		{"warm at 3 replicas, Idle True (KEDA sets 0 from N too)", 3, appSlice(), []metav1.Condition{idleTrue, kedaTrue}, true, false},
+		{"warm, Idle True, ScaledByKEDA not yet written", 1, appSlice(), []metav1.Condition{idleTrue}, true, false},
+		{"warm, Idle False", 1, appSlice(), []metav1.Condition{idleFalse, kedaTrue}, false, false},
+		{"warm, no Idle (no scaler has written it)", 1, appSlice(), []metav1.Condition{kedaTrue}, false, false},
+		{"warm, Idle True left over, no ScaledObject scales it", 1, appSlice(), []metav1.Condition{idleTrue, kedaFalse}, false, false},
+		{"replicas 0, its endpoint still ready, Idle False", 0, appSlice(), []metav1.Condition{idleFalse}, true, false},
+		{"its only endpoint terminating, no Idle", 1, appSlice(terminating), nil, true, false},
+		// A StatefulSet's governing Service picked while no ClusterIP one
+		// existed: its clients dial pod addresses on the app's port.
+		{"headless Service, replicas 0, Idle True", 0, appSlice(terminating), []metav1.Condition{idleTrue, kedaTrue}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			route := &routingv1alpha1.AppRoute{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop", UID: "r1"},
@@ -93,6 +97,9 @@ func TestHandoffWhenIdle(t *testing.T) {
 				Status: routingv1alpha1.AppRouteStatus{Conditions: tc.conds}}
 			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop"},
 				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}}}}
+			if tc.headless {
+				svc.Spec.ClusterIP = corev1.ClusterIPNone
+			}
 			dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "shop"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(tc.replicas)}}
 			cache := fake.NewClientBuilder().WithScheme(scheme).WithObjects(route, svc, dep, tc.slice).
 				WithIndex(&discoveryv1.EndpointSlice{}, byService, func(o client.Object) []string {
