@@ -75,7 +75,7 @@ func deployActivator(t *testing.T, ns, suffix string, replicas int32) {
 		{APIGroups: []string{names.Group()}, Resources: []string{"approutes/status"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{names.Group()}, Resources: []string{"domainclaims"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"services", "pods"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "patch", "update", "delete"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete", "list", "watch"}},
 	}}, metav1.CreateOptions{}); err != nil {
