@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -207,7 +208,16 @@ func (w *workloads) list(ctx context.Context, namespace, app string) ([]*workloa
 			}
 			return nil
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, errNotSynced):
+			// Its informer is starting (its CRD has just come): the
+			// kinds that are synced are listed without it. Its objects
+			// come as the informer lists them, each bringing its own
+			// reconcile, which may then claim its app. Failing here
+			// would leave a map function (a namespace labelled for
+			// injection) with nothing to enqueue and no retry.
+			continue
+		case err != nil:
 			return nil, err
 		}
 	}

@@ -197,8 +197,20 @@ func TestWorkerCRDAppearsLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, w); err != nil {
-		t.Fatalf("create Worker: %v", err)
+	// The test client's REST mapper learns of the kind a moment after the
+	// CRD is established.
+	testwait.Check(t, 20*time.Second, func() error {
+		err := c.Create(ctx, w.DeepCopy())
+		if meta.IsNoMatchError(err) {
+			return err
+		}
+		if err != nil {
+			t.Fatalf("create Worker: %v", err)
+		}
+		return nil
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+		t.Fatal(err)
 	}
 	tr := true
 	testwait.Check(t, 30*time.Second, func() error {
