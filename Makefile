@@ -76,7 +76,7 @@ e2e: tools build images ## The end-to-end suites: ebb installed from its chart o
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 5m); a failing input lands in the package's testdata/fuzz.
-	@for t in $(FUZZ_TARGETS); do echo ">> fuzz $$t ($(FUZZTIME))"; $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*} || exit 1; done
+	@$(GO) run ./test/fuzz --go $(GO) --fuzztime $(FUZZTIME) $(FUZZ_TARGETS)
 
 .PHONY: build
 build: ## Build ebb's binaries and the test app into bin/.
