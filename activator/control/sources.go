@@ -287,7 +287,7 @@ func (s *sources) rebuild(ctx context.Context, routes []*routingv1alpha1.AppRout
 		rt := routing.Route[proxy.AppConfig]{
 			Key: key, Generation: r.Generation, Created: r.CreationTimestamp.Time,
 			Hosts: r.Spec.Hosts, PathPrefixes: r.Spec.PathPrefixes, HostPaths: hostPaths(r.Spec.HostPaths), Service: r.Spec.Service.Name,
-			Value: proxy.AppConfig{QueueSize: int(r.Spec.QueueSize), Placeholder: r.Annotations[s.names.Key(PlaceholderAnnotation)] == "true"},
+			Value: proxy.AppConfig{QueueSize: int(r.Spec.QueueSize), Placeholder: r.Annotations[s.names.Key(PlaceholderAnnotation)] == "true", Concurrency: r.Spec.Concurrency},
 		}
 		if r.Spec.ColdStartTimeout != nil {
 			rt.Value.ColdStartTimeout = r.Spec.ColdStartTimeout.Duration

@@ -334,13 +334,18 @@ func (rt *Router) depBlocker(a *app) string {
 }
 
 // timedOutMsg is the 504 answer to a request to a that waited 'waited':
-// it names the dependency not up, if one is not.
+// it names the dependency not up, if one is not, or the concurrency
+// limit its ready pods were at.
 func (rt *Router) timedOutMsg(a *app, waited, timeout time.Duration) string {
 	dep := rt.depBlocker(a)
+	ready, limit := len(a.eps.Load().ready), a.cfg.Load().Concurrency
 	switch {
+	case dep == "" && ready > 0 && limit > 0:
+		return fmt.Sprintf("ebb-activator: app %s's %d ready pod(s) were at their concurrency limit (%d each) for %s (cold-start timeout %s)\n",
+			a.key, ready, limit, waited.Round(time.Millisecond), timeout)
 	case dep == "":
 		return fmt.Sprintf("ebb-activator: app %s had no ready pod after %s (cold-start timeout %s)\n", a.key, waited.Round(time.Millisecond), timeout)
-	case len(a.eps.Load().ready) > 0:
+	case ready > 0:
 		return fmt.Sprintf("ebb-activator: app %s waited %s for its dependency %s (cold-start timeout %s)\n", a.key, waited.Round(time.Millisecond), dep, timeout)
 	}
 	return fmt.Sprintf("ebb-activator: app %s had no ready pod after %s, nor its dependency %s (cold-start timeout %s)\n", a.key, waited.Round(time.Millisecond), dep, timeout)

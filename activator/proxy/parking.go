@@ -65,6 +65,9 @@ type parked struct {
 	hidx       int     // index in parking.heap
 	prev, next *parked // a's list, oldest first, guarded by parking.mu
 	polled     bool    // registered with the poller
+	// up is the endpoint whose slot releaseParked took for it (an app
+	// with a concurrency limit); nil: forwardParked picks one.
+	up *upstream
 }
 
 // poller reports, by token, clients that hang up on a parked connection.
@@ -278,7 +281,9 @@ func (pk *parking) expire() {
 }
 
 // releaseParked resumes a's parked requests, oldest first, if a has a
-// ready pod (they are forwarded) or is gone (503).
+// ready pod (they are forwarded) or is gone (503). With a concurrency
+// limit, only as many are forwarded as a's ready pods have free slots
+// (take); the rest wait for give.
 func (rt *Router) releaseParked(a *app) {
 	pk := &rt.parking
 	var v verdict
@@ -291,22 +296,47 @@ func (rt *Router) releaseParked(a *app) {
 	default:
 		return
 	}
-	for _, p := range pk.takeAll(a) {
+	if limit := a.cfg.Load().Concurrency; v == released && limit > 0 {
+		for pk.parked(a) {
+			up := a.take(limit)
+			if up == nil {
+				return
+			}
+			ps := pk.take(a, 1)
+			if len(ps) == 0 {
+				rt.give(a, up)
+				return
+			}
+			ps[0].up = up
+			rt.leave(a)
+			pk.resume(ps[0], v, msg)
+		}
+		return
+	}
+	for _, p := range pk.take(a, -1) {
 		rt.leave(a)
 		pk.resume(p, v, msg)
 	}
 }
 
-// takeAll takes a's parked requests out of the hold, oldest first, and
-// counts them as out until each is answered (Shutdown waits for them).
-func (pk *parking) takeAll(a *app) []*parked {
+// parked says whether a has requests parked.
+func (pk *parking) parked(a *app) bool {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	return pk.lists[a] != nil
+}
+
+// take takes up to n (all if n < 0) of a's parked requests out of the
+// hold, oldest first, and counts them as out until each is answered
+// (Shutdown waits for them).
+func (pk *parking) take(a *app, n int) []*parked {
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	if pk.lists == nil {
 		return nil
 	}
 	var out []*parked
-	for p := pk.lists[a]; p != nil; {
+	for p := pk.lists[a]; p != nil && len(out) != n; {
 		next := p.next
 		pk.takeLocked(p)
 		out = append(out, p)
@@ -365,8 +395,22 @@ func (pk *parking) resume(p *parked, v verdict, msg string) {
 // deadline.
 func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
 	a, heldAt := p.a, p.start
-	up := a.pick()
+	limit, up := a.cfg.Load().Concurrency, p.up
+	slotted := up != nil // releaseParked took a slot on up for it
+	p.up = nil
+	if slotted && (limit <= 0 || !a.inReady(up) || a.depsWait.Load()) {
+		// The slot's pod went, or the limit was lifted, since the release.
+		rt.give(a, up)
+		up, slotted = nil, false
+	}
+	if up == nil && !a.depsWait.Load() {
+		up = a.take(limit)
+		slotted = up != nil && limit > 0
+	}
 	if up == nil || a.depsWait.Load() {
+		if slotted {
+			rt.give(a, up)
+		}
 		if a.gone.Load() {
 			return cc.Answer(http.StatusServiceUnavailable, "", fmt.Sprintf("ebb-activator: the AppRoute of app %s was deleted while the request was held\n", a.key))
 		}
@@ -397,6 +441,9 @@ func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
 		rt.firstByte(a, head)
 	})
 	keep := cc.RoundTrip(up.pool, rq)
+	if slotted {
+		rt.give(a, up)
+	}
 	proto := reqmetrics.HTTP1
 	if cc.Status() == http.StatusSwitchingProtocols {
 		proto = reqmetrics.Upgrade

@@ -244,7 +244,7 @@ func releaseWithoutEndpoint(rt *Router, key routing.Key) {
 	a := rt.apps[key]
 	rt.mu.Unlock()
 	pk := &rt.parking
-	for _, p := range pk.takeAll(a) {
+	for _, p := range pk.take(a, -1) {
 		rt.leave(a)
 		pk.resume(p, released, "")
 	}

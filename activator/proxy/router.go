@@ -66,6 +66,12 @@ type AppConfig struct {
 	// (spec.wakes, spec.wakeOrder); nil: none. SetRoutes keeps the
 	// pointer it has when the content is the same.
 	Wakes *Wakes
+	// Concurrency is the most requests one pod's app is given at once
+	// (spec.concurrency; 0: no limit). Held requests are released to a
+	// ready pod only while this activator has fewer than that many of
+	// them there; the rest stay held (and counted) until one ends, or
+	// until their cold-start timeout. See take.
+	Concurrency int32
 }
 
 // Page is a route's own placeholder page.
@@ -528,6 +534,47 @@ func (a *app) pick() *upstream {
 	return nil
 }
 
+// take picks a ready endpoint for a held request that is released. An
+// app without a concurrency limit gets pick's. With a limit, it takes a
+// slot on the next ready endpoint, round robin, where this activator has
+// fewer than limit released requests, and nil when every one has that
+// many: a burst held at zero then goes out as the pods can take it, not
+// all to the first ready pod, whose sidecar would answer 503 past its
+// queue (Knative's activator keeps to containerConcurrency per pod the
+// same way). The caller gives the slot back with give once the exchange
+// has ended. Warm requests (pick) take no slot: they go to the sidecar's
+// queue as a client's straight to the pod would.
+func (a *app) take(limit int32) *upstream {
+	set := a.eps.Load()
+	n := uint64(len(set.ready))
+	if n == 0 || limit <= 0 {
+		return a.pick()
+	}
+	first := a.rr.Add(1) - 1
+	for i := range n {
+		up := set.ready[(first+i)%n]
+		for c := up.released.Load(); c < limit; c = up.released.Load() {
+			if up.released.CompareAndSwap(c, c+1) {
+				return up
+			}
+		}
+	}
+	return nil
+}
+
+// give returns the slot take took on up (with a limit) for a released
+// request of a, and sends a's next held request, if any, to the slot.
+func (rt *Router) give(a *app, up *upstream) {
+	up.released.Add(-1)
+	a.broadcast() // HTTP/2 requests held in their handler wait on a.wake
+	rt.releaseParked(a)
+}
+
+// inReady says whether up is one of a's ready endpoints now.
+func (a *app) inReady(up *upstream) bool {
+	return slices.Contains(a.eps.Load().ready, up)
+}
+
 // ServeHTTP routes, proxies or holds one request that net/http serves:
 // HTTP/2 (h2c, gRPC) and the HTTP/1.x requests the engine hands off
 // (Server.ServeRequest).
@@ -765,12 +812,18 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		a.mu.Lock()
 		wake := a.wake
 		a.mu.Unlock()
-		if up := a.pick(); up != nil && !a.depsWait.Load() {
-			rt.leave(a)
-			rt.opts.Metrics.released.Inc()
-			r.Header.Del(FallbackHopHeader)
-			rt.forwardHeld(w, r, a, up, start)
-			return
+		if !a.depsWait.Load() {
+			limit := a.cfg.Load().Concurrency
+			if up := a.take(limit); up != nil {
+				rt.leave(a)
+				rt.opts.Metrics.released.Inc()
+				r.Header.Del(FallbackHopHeader)
+				rt.forwardHeld(w, r, a, up, start)
+				if limit > 0 {
+					rt.give(a, up)
+				}
+				return
+			}
 		}
 		if a.gone.Load() {
 			rt.leave(a)

@@ -919,3 +919,56 @@ func TestRouteControlConcurrencyLimit(t *testing.T) {
 	fmt.Printf("FIGURE: concurrency 1: %d of %d concurrent requests answered 200 (the slowest after %s), the most the app had at once %d (by its responses %v), the sidecar's queue at most %d (in flight %d), replicas up to %d\n",
 		ok, n, slowest.Round(time.Millisecond), maxSeen, seen, deepest.queued, deepest.inFlight, most.Load())
 }
+
+// TestConcurrencyLimitBurstAtZero: a burst far past what one pod's limit
+// and queue take (30 requests; concurrency 1, queue 1) held at zero is
+// released to the pods as they can take it, so every request is answered
+// by the app and none gets the sidecar's 503 for a full queue. Before the
+// activators kept to the limit, the first ready pod got every held request
+// at once and its sidecar refused all but two.
+func TestConcurrencyLimitBurstAtZero(t *testing.T) {
+	ctx := t.Context()
+	const ns, app = "e2e-rc-burst", "single"
+	routeControlNamespace(t, ns, app)
+	fast := map[string]any{"stabilizationWindowSeconds": int64(0), "policies": []any{map[string]any{"type": "Percent", "value": int64(200), "periodSeconds": int64(1)}}}
+	s := install.Scaling{Max: 3, PollingInterval: 1, Cooldown: 5, TargetConcurrency: 1, RateWindow: "3s", HPABehavior: map[string]any{"scaleUp": fast}}
+	a := deployRouteControlApp(t, ns, app, s, map[string]string{"concurrency": "1", "concurrency-queue": "1"}, map[string]string{"IN_FLIGHT_HEADERS": "true"})
+
+	var tl timeline
+	var most atomic.Int32
+	stopReplicas := watchReplicas(ctx, a, &tl, &most)
+	defer stopReplicas()
+	const n = 30
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	client := newClient(60 * time.Second)
+	tl.mark(time.Now(), fmt.Sprintf("%d concurrent requests of 200 ms at zero", n))
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); answers[i] = fetch(ctx, client, a.URL+"?delay=200ms", a.Host, nil) }()
+	}
+	wg.Wait()
+	tl.mark(time.Now(), "all answered")
+	stopReplicas()
+	t.Logf("timeline:\n%s", tl.String())
+
+	var ok, refused int
+	var slowest time.Duration
+	for i, r := range answers {
+		slowest = max(slowest, r.Took)
+		switch {
+		case r.Err == nil && r.Status == http.StatusOK && servedByApp(t, a, r.Body):
+			ok++
+			if m := r.Header.Get("X-App-Max-In-Flight"); m != "1" {
+				t.Errorf("request %d: the app had at most %s requests at once, want 1", i, m)
+			}
+		case r.Status == http.StatusServiceUnavailable:
+			refused++
+			t.Errorf("request %d: %s, want the app's 200 (a pod was given more than its limit and queue)", i, r)
+		default:
+			t.Errorf("request %d: %s, want the app's 200", i, r)
+		}
+	}
+	fmt.Printf("FIGURE: concurrency 1, queue 1, %d concurrent requests of 200 ms at zero: %d answered 200, %d refused 503 (the slowest after %s), replicas up to %d\n",
+		n, ok, refused, slowest.Round(time.Millisecond), most.Load())
+}
