@@ -765,6 +765,17 @@ func TestRouteControlFallback(t *testing.T) {
 	fmt.Printf("FIGURE: fallback: %d requests held while the app could not start, all answered 200 by the fallback Service, the slowest after %s (cold-start-timeout %s)\n", n, slowest.Round(time.Millisecond), coldStart)
 }
 
+// deployLimitedApp deploys app at zero in a new namespace ns with the
+// given concurrency annotations, up to 3 replicas that KEDA adds at once
+// (targetConcurrency 1), its responses saying what it had in flight.
+func deployLimitedApp(t *testing.T, ns, app string, annotations map[string]string) *install.AppAtZero {
+	t.Helper()
+	routeControlNamespace(t, ns, app)
+	fast := map[string]any{"stabilizationWindowSeconds": int64(0), "policies": []any{map[string]any{"type": "Percent", "value": int64(200), "periodSeconds": int64(1)}}}
+	s := install.Scaling{Max: 3, PollingInterval: 1, Cooldown: 5, TargetConcurrency: 1, RateWindow: "3s", HPABehavior: map[string]any{"scaleUp": fast}}
+	return deployRouteControlApp(t, ns, app, s, annotations, map[string]string{"IN_FLIGHT_HEADERS": "true"})
+}
+
 // TestRouteControlConcurrencyLimit: an app with concurrency 1, 20
 // concurrent requests of 1 s at zero: the app never has more than one
 // request at once (each response says the most it has had at once, and
@@ -775,10 +786,7 @@ func TestRouteControlFallback(t *testing.T) {
 func TestRouteControlConcurrencyLimit(t *testing.T) {
 	ctx := t.Context()
 	const ns, app = "e2e-rc-limit", "single"
-	routeControlNamespace(t, ns, app)
-	fast := map[string]any{"stabilizationWindowSeconds": int64(0), "policies": []any{map[string]any{"type": "Percent", "value": int64(200), "periodSeconds": int64(1)}}}
-	s := install.Scaling{Max: 3, PollingInterval: 1, Cooldown: 5, TargetConcurrency: 1, RateWindow: "3s", HPABehavior: map[string]any{"scaleUp": fast}}
-	a := deployRouteControlApp(t, ns, app, s, map[string]string{"concurrency": "1"}, map[string]string{"IN_FLIGHT_HEADERS": "true"})
+	a := deployLimitedApp(t, ns, app, map[string]string{"concurrency": "1"})
 
 	var tl timeline
 	var most atomic.Int32
@@ -929,10 +937,7 @@ func TestRouteControlConcurrencyLimit(t *testing.T) {
 func TestConcurrencyLimitBurstAtZero(t *testing.T) {
 	ctx := t.Context()
 	const ns, app = "e2e-rc-burst", "single"
-	routeControlNamespace(t, ns, app)
-	fast := map[string]any{"stabilizationWindowSeconds": int64(0), "policies": []any{map[string]any{"type": "Percent", "value": int64(200), "periodSeconds": int64(1)}}}
-	s := install.Scaling{Max: 3, PollingInterval: 1, Cooldown: 5, TargetConcurrency: 1, RateWindow: "3s", HPABehavior: map[string]any{"scaleUp": fast}}
-	a := deployRouteControlApp(t, ns, app, s, map[string]string{"concurrency": "1", "concurrency-queue": "1"}, map[string]string{"IN_FLIGHT_HEADERS": "true"})
+	a := deployLimitedApp(t, ns, app, map[string]string{"concurrency": "1", "concurrency-queue": "1"})
 
 	var tl timeline
 	var most atomic.Int32
