@@ -297,7 +297,14 @@ func (rt *Router) releaseParked(a *app) {
 		return
 	}
 	if limit := a.cfg.Load().Concurrency; v == released && limit > 0 {
-		for pk.parked(a) {
+		for {
+			first, ok := pk.oldest(a)
+			if !ok {
+				return
+			}
+			if w := a.oldestWaiter(); !w.IsZero() && w.Before(first) {
+				return // an older HTTP/2 request, woken by give's broadcast, takes the slot
+			}
 			up := a.take(limit)
 			if up == nil {
 				return
@@ -311,7 +318,6 @@ func (rt *Router) releaseParked(a *app) {
 			rt.leave(a)
 			pk.resume(ps[0], v, msg)
 		}
-		return
 	}
 	for _, p := range pk.take(a, -1) {
 		rt.leave(a)
@@ -319,11 +325,14 @@ func (rt *Router) releaseParked(a *app) {
 	}
 }
 
-// parked says whether a has requests parked.
-func (pk *parking) parked(a *app) bool {
+// oldest is the start of a's oldest parked request; false if none.
+func (pk *parking) oldest(a *app) (time.Time, bool) {
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
-	return pk.lists[a] != nil
+	if p := pk.lists[a]; p != nil {
+		return p.start, true
+	}
+	return time.Time{}, false
 }
 
 // take takes up to n (all if n < 0) of a's parked requests out of the
@@ -440,10 +449,10 @@ func (rt *Router) forwardParked(cc *h1.Conn, rq *h1.Request, p *parked) bool {
 		head = time.Now()
 		rt.firstByte(a, head)
 	})
-	keep := cc.RoundTrip(up.pool, rq)
 	if slotted {
-		rt.give(a, up)
+		defer rt.give(a, up) // given back even if the exchange panics (the engine recovers)
 	}
+	keep := cc.RoundTrip(up.pool, rq)
 	proto := reqmetrics.HTTP1
 	if cc.Status() == http.StatusSwitchingProtocols {
 		proto = reqmetrics.Upgrade

@@ -350,8 +350,12 @@ type app struct {
 	// (deps.go): a ready pod of its own does not release them.
 	depsWait atomic.Bool
 
-	mu        sync.Mutex
-	held      int64
+	mu     sync.Mutex
+	held   int64
+	h2wait map[*http.Request]time.Time // requests held in their handler (hold), by start
+	// slots counts, per ready endpoint, the held requests released to it
+	// that have not ended, with a concurrency limit (take, give).
+	slots     map[*upstream]int32
 	wake      chan struct{} // closed (and replaced) when endpoints change
 	coldSince time.Time     // first hold of the current cold start
 	cs        *coldStart    // the cold start under way, until its first byte
@@ -388,6 +392,7 @@ func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cl
 	defer rt.mu.Unlock()
 	rs := make([]routing.Route[*app], 0, len(routes))
 	keep := make(map[routing.Key]bool, len(routes))
+	var relimited []*app // their held requests may have slots now
 	for _, r := range routes {
 		a := rt.getApp(r.Key)
 		cfg := r.Value
@@ -396,6 +401,9 @@ func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cl
 		}
 		if old := a.cfg.Load(); *old != cfg {
 			a.cfg.Store(&cfg)
+			if old.Concurrency != cfg.Concurrency {
+				relimited = append(relimited, a)
+			}
 		}
 		a.gone.Store(false)
 		keep[r.Key] = true
@@ -418,6 +426,10 @@ func (rt *Router) SetRoutes(routes []routing.Route[AppConfig], claims routing.Cl
 		if idle {
 			delete(rt.apps, k)
 		}
+	}
+	for _, a := range relimited {
+		a.broadcast()
+		rt.releaseParked(a)
 	}
 	if rt.deps.nWaiting.Load() > 0 {
 		rt.kickDeps() // a dependency's AppRoute may have come or gone
@@ -537,26 +549,33 @@ func (a *app) pick() *upstream {
 // take picks a ready endpoint for a held request that is released. An
 // app without a concurrency limit gets pick's. With a limit, it takes a
 // slot on the next ready endpoint, round robin, where this activator has
-// fewer than limit released requests, and nil when every one has that
-// many: a burst held at zero then goes out as the pods can take it, not
-// all to the first ready pod, whose sidecar would answer 503 past its
-// queue (Knative's activator keeps to containerConcurrency per pod the
-// same way). The caller gives the slot back with give once the exchange
-// has ended. Warm requests (pick) take no slot: they go to the sidecar's
-// queue as a client's straight to the pod would.
+// fewer than limit of the app's released requests, and nil when every
+// one has that many: a burst held at zero then goes out as the pods can
+// take it, not all to the first ready pod, whose sidecar would answer 503
+// past its queue (Knative's activator keeps to containerConcurrency per
+// pod the same way). The caller gives the slot back with give once the
+// exchange has ended. Warm requests (pick) take no slot: they go to the
+// sidecar's queue as a client's straight to the pod would.
 func (a *app) take(limit int32) *upstream {
-	set := a.eps.Load()
-	n := uint64(len(set.ready))
-	if n == 0 || limit <= 0 {
+	if limit <= 0 {
 		return a.pick()
 	}
+	set := a.eps.Load()
+	n := uint64(len(set.ready))
+	if n == 0 {
+		return nil
+	}
 	first := a.rr.Add(1) - 1
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for i := range n {
 		up := set.ready[(first+i)%n]
-		for c := up.released.Load(); c < limit; c = up.released.Load() {
-			if up.released.CompareAndSwap(c, c+1) {
-				return up
+		if a.slots[up] < limit {
+			if a.slots == nil {
+				a.slots = map[*upstream]int32{}
 			}
+			a.slots[up]++
+			return up
 		}
 	}
 	return nil
@@ -564,10 +583,31 @@ func (a *app) take(limit int32) *upstream {
 
 // give returns the slot take took on up (with a limit) for a released
 // request of a, and sends a's next held request, if any, to the slot.
+// Slots are the app's: two AppRoutes naming one Service each keep to the
+// limit, so its pods may get up to twice it (the sidecar queues the rest).
 func (rt *Router) give(a *app, up *upstream) {
-	up.released.Add(-1)
-	a.broadcast() // HTTP/2 requests held in their handler wait on a.wake
+	a.mu.Lock()
+	if a.slots[up]--; a.slots[up] <= 0 {
+		delete(a.slots, up)
+	}
+	close(a.wake) // HTTP/2 requests held in their handler wait on it
+	a.wake = make(chan struct{})
+	a.mu.Unlock()
 	rt.releaseParked(a)
+}
+
+// oldestWaiter is the start of a's oldest request held in its handler
+// (HTTP/2), zero if none.
+func (a *app) oldestWaiter() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var t time.Time
+	for _, s := range a.h2wait {
+		if t.IsZero() || s.Before(t) {
+			t = s
+		}
+	}
+	return t
 }
 
 // inReady says whether up is one of a's ready endpoints now.
@@ -808,6 +848,23 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	a.mu.Lock()
+	if a.h2wait == nil {
+		a.h2wait = map[*http.Request]time.Time{}
+	}
+	a.h2wait[r] = start
+	a.mu.Unlock()
+	waiting := true
+	defer func() {
+		if waiting { // it leaves without a slot: parked requests it kept back may have one
+			a.mu.Lock()
+			delete(a.h2wait, r)
+			a.mu.Unlock()
+			if a.cfg.Load().Concurrency > 0 {
+				rt.releaseParked(a)
+			}
+		}
+	}()
 	for {
 		a.mu.Lock()
 		wake := a.wake
@@ -815,13 +872,22 @@ func (rt *Router) hold(w http.ResponseWriter, r *http.Request, a *app) {
 		if !a.depsWait.Load() {
 			limit := a.cfg.Load().Concurrency
 			if up := a.take(limit); up != nil {
+				a.mu.Lock()
+				delete(a.h2wait, r)
+				a.mu.Unlock()
+				waiting = false
+				if limit > 0 {
+					rt.releaseParked(a) // younger parked requests it kept back: the slots left
+				}
 				rt.leave(a)
 				rt.opts.Metrics.released.Inc()
 				r.Header.Del(FallbackHopHeader)
-				rt.forwardHeld(w, r, a, up, start)
 				if limit > 0 {
-					rt.give(a, up)
+					// Deferred: ReverseProxy panics (http.ErrAbortHandler)
+					// when a response breaks off mid-body.
+					defer rt.give(a, up)
 				}
+				rt.forwardHeld(w, r, a, up, start)
 				return
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,10 +34,6 @@ type upstream struct {
 	addr   string
 	pool   *h1.Upstream
 	h1, h2 *httputil.ReverseProxy
-	// released counts the held requests of an app with a concurrency
-	// limit that this activator has sent here and not yet seen end
-	// (app.take, Router.give).
-	released atomic.Int32
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
