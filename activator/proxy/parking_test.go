@@ -88,6 +88,8 @@ func TestClientWithBodyGoneFreesSlotAtOnce(t *testing.T) {
 			if took := time.Since(start); took > time.Second {
 				t.Errorf("slot freed %s after the client left", took)
 			}
+			// The slot is freed, then the scalers told (leave): wait for the push.
+			waitFor(t, "a second push", func() bool { return len(rec.values()) >= 2 })
 			if d := cmp.Diff([]int64{1, 0}, rec.values()); d != "" {
 				t.Errorf("pushes (-want +got):\n%s", d)
 			}
