@@ -252,6 +252,7 @@ func TestClientDisconnectFreesSlotAtOnce(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("slot freed %s after the client left", took)
 	}
+	waitFor(t, "a second push", func() bool { return len(rec.values()) >= 2 }) // leave pushes just after freeing the slot
 	if d := cmp.Diff([]int64{1, 0}, rec.values()); d != "" {
 		t.Errorf("pushes (-want +got):\n%s", d)
 	}
