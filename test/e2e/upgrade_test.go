@@ -50,9 +50,27 @@ func TestUpgrade(t *testing.T) {
 	}
 
 	var tl timeline
-	begin := time.Now()
-	tl.mark(begin, "at zero; a request every 200 ms starts")
+	tl.mark(time.Now(), "at zero")
 	watch := watchUpgrade(ctx, r, a, old, &tl)
+
+	// helm upgrade can take 20 s on a busy API server before it changes a
+	// Deployment, so the traffic starts once it has: the app's cold start
+	// then overlaps the rollout whatever helm's own time.
+	root := repo.MustRoot(t)
+	upgrade := []string{"upgrade", r.Name, filepath.Join(root, "charts", "ebb"), "--namespace", r.Namespace, "--kubeconfig", lc.Kubeconfig, "--reuse-values"}
+	for _, c := range []string{"webhook", "activator", "scaler"} {
+		upgrade = append(upgrade, "--set-string", c+".podAnnotations.e2e-rollout=1")
+	}
+	tl.mark(time.Now(), "helm upgrade")
+	helmDone := make(chan error, 1)
+	go func() { _, err := install.Helm(ctx, lc, upgrade...); helmDone <- err }()
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "helm's upgrade of the activators' Deployment", func(ctx context.Context) (bool, error) {
+		d, err := lc.Client.AppsV1().Deployments(r.Namespace).Get(ctx, r.Fullname+"-activator", metav1.GetOptions{})
+		return err == nil && d.Spec.Template.Annotations["e2e-rollout"] == "1", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tl.mark(time.Now(), "the activators' Deployment upgraded; a request every 200 ms starts")
 	client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true, MaxIdleConnsPerHost: -1}}
 	var (
 		mu      sync.Mutex
@@ -82,18 +100,12 @@ func TestUpgrade(t *testing.T) {
 	stopTraffic := sync.OnceFunc(func() { close(stop); sending.Wait() })
 	defer stopTraffic()
 
-	// The first requests are held and wake the app; then every pod of the
-	// release rolls while the app starts.
-	time.Sleep(time.Second)
-	root := repo.MustRoot(t)
-	upgrade := []string{"upgrade", r.Name, filepath.Join(root, "charts", "ebb"), "--namespace", r.Namespace, "--kubeconfig", lc.Kubeconfig, "--reuse-values"}
-	for _, c := range []string{"webhook", "activator", "scaler"} {
-		upgrade = append(upgrade, "--set-string", c+".podAnnotations.e2e-rollout=1")
-	}
-	tl.mark(time.Now(), "helm upgrade")
-	if _, err := install.Helm(ctx, lc, upgrade...); err != nil {
+	// The first requests are held by the old activators and wake the app;
+	// every pod of the release rolls while the app starts.
+	if err := <-helmDone; err != nil {
 		t.Fatal(err)
 	}
+	tl.mark(time.Now(), "helm upgrade done")
 	for _, d := range r.Deployments {
 		if err := install.WaitDeploymentReady(ctx, lc, r.Namespace, d, 3*time.Minute); err != nil {
 			t.Fatal(err)
