@@ -936,7 +936,7 @@ func TestRouteControlConcurrencyLimit(t *testing.T) {
 // at once and its sidecar refused all but two.
 func TestConcurrencyLimitBurstAtZero(t *testing.T) {
 	ctx := t.Context()
-	const ns, app = "e2e-rc-burst", "single"
+	const ns, app = "e2e-rc-burst", "burst" // its own host: burst.example.com
 	a := deployLimitedApp(t, ns, app, map[string]string{"concurrency": "1", "concurrency-queue": "1"})
 
 	var tl timeline
